@@ -1,0 +1,316 @@
+//! Errors: every variant names the slot, connection, offset or field concerned.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::batch::Batch;
+use crate::ids::{ConnGen, LogicalOffset, SlotId};
+use crate::lane::{Lane, Token};
+
+/// The configuration is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A field is out of its allowed range.
+    #[error("configuration field `{field}` {reason}")]
+    OutOfRange {
+        /// The field, dotted from [`SinkConfig`](crate::SinkConfig).
+        field: &'static str,
+        /// What is required of it.
+        reason: &'static str,
+    },
+}
+
+/// Which window bound a rejected batch hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Batches in flight.
+    Batches,
+    /// Bytes in flight.
+    Bytes,
+    /// Rows in flight.
+    Rows,
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Bound::Batches => "batches",
+            Bound::Bytes => "bytes",
+            Bound::Rows => "rows",
+        })
+    }
+}
+
+/// Why [`SinkCore::submit`](crate::SinkCore::submit) did not admit a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// Every slot's window is full: wait for confirmations (this is the backpressure), then
+    /// submit again.
+    #[error("every slot's ack window is full ({bound} in flight would exceed {limit})")]
+    Full {
+        /// The bound that is reached (of the least loaded slot).
+        bound: Bound,
+        /// Its configured limit.
+        limit: u64,
+    },
+    /// The batch alone exceeds a window bound, so it could never be admitted: split it.
+    #[error("batch of {value} {bound} exceeds the per-slot window limit of {limit} {bound}")]
+    TooLarge {
+        /// The bound it exceeds.
+        bound: Bound,
+        /// The batch's own size in that unit.
+        value: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// The batch has no rows; the service rejects empty batches (PROTOCOL.md A.2).
+    #[error("batch has no rows")]
+    Empty,
+    /// The sink is closing or closed and admits nothing more.
+    #[error("sink is closing and admits no more batches")]
+    Closed,
+}
+
+/// A batch the sink did not admit, handed back whole with its token. Nothing was sent and no
+/// state changed.
+#[derive(thiserror::Error)]
+#[error("batch not admitted: {reason}")]
+pub struct Rejected<L: Lane, B: Batch> {
+    /// The batch, untouched.
+    pub batch: B,
+    /// Its token, untouched.
+    pub token: Token<L>,
+    /// Why it was not admitted.
+    pub reason: RejectReason,
+}
+
+impl<L: Lane, B: Batch> fmt::Debug for Rejected<L, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejected")
+            .field("rows", &self.batch.rows())
+            .field("bytes", &self.batch.bytes())
+            .field("token", &self.token)
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+/// A violation of the Zerobus protocol by the remote side (or the adapter), found in an input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// The ack claims more durable rows than were sent on the connection. Terminal for the
+    /// connection, as in the official client (PROTOCOL.md A.3).
+    #[error("{slot} {conn}: ack of {acked} rows exceeds the {sent} rows sent on the connection")]
+    ForwardAck {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// The cumulative rows the ack claims.
+        acked: u64,
+        /// The rows actually sent on the connection.
+        sent: u64,
+    },
+    /// The ack's cumulative row count went backwards. Ignored (the durable watermark is a
+    /// monotonic max), reported so that the adapter can log it.
+    #[error("{slot} {conn}: ack of {acked} rows is below the {previous} rows already acked")]
+    AckRegressed {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// The cumulative rows the ack claims.
+        acked: u64,
+        /// The cumulative rows acked before.
+        previous: u64,
+    },
+    /// An ack arrived for a connection that has not reported ready. Terminal for the connection.
+    #[error("{slot} {conn}: ack before the connection was ready")]
+    AckBeforeReady {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+    },
+    /// An input named a slot the sink does not have. Ignored.
+    #[error("slot {slot} does not exist (the pool has {slots} slots)")]
+    UnknownSlot {
+        /// The slot index named.
+        slot: u16,
+        /// Slots in the pool.
+        slots: u16,
+    },
+}
+
+/// gRPC status codes, as the service reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)] // the names are the gRPC standard's
+pub enum Code {
+    Ok,
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+impl Code {
+    /// The code for a gRPC status number; unknown numbers map to [`Code::Unknown`].
+    #[must_use]
+    pub fn from_i32(n: i32) -> Code {
+        const CODES: [Code; 17] = [
+            Code::Ok,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ];
+        usize::try_from(n)
+            .ok()
+            .and_then(|i| CODES.get(i).copied())
+            .unwrap_or(Code::Unknown)
+    }
+
+    /// Whether the official client retries this code (PROTOCOL.md C.1): every code except
+    /// InvalidArgument, Unauthenticated, PermissionDenied, OutOfRange, Unimplemented, NotFound.
+    #[must_use]
+    pub fn is_retryable(self) -> bool {
+        !matches!(
+            self,
+            Code::InvalidArgument
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::OutOfRange
+                | Code::Unimplemented
+                | Code::NotFound
+        )
+    }
+}
+
+/// What the transport reports when a connection fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The call ended with a gRPC status.
+    #[error("service status {code:?}: {message}")]
+    Status {
+        /// The status code.
+        code: Code,
+        /// The status message (never carries credentials).
+        message: String,
+    },
+    /// The response stream ended without a status while the connection was active.
+    #[error("response stream ended while active")]
+    Eof,
+    /// The connection could not be made or broke below gRPC.
+    #[error("transport: {message}")]
+    Transport {
+        /// What happened.
+        message: String,
+    },
+}
+
+impl StreamError {
+    /// Whether the official client would retry after this error (PROTOCOL.md C.1).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StreamError::Status { code, .. } => code.is_retryable(),
+            StreamError::Eof | StreamError::Transport { .. } => true,
+        }
+    }
+}
+
+/// Why batches were handed back as failed instead of confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// The remote side broke the protocol on this connection.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The connection failed.
+    #[error("{slot} {conn}: {error}")]
+    Stream {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// What the transport reported.
+        error: StreamError,
+    },
+    /// The oldest sent batch waited longer than the ack timeout.
+    #[error("{slot} {conn}: no durable ack for {offset} within {waited:?}")]
+    AckTimeout {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// The oldest unacked batch.
+        offset: LogicalOffset,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The connection did not become ready within the open timeout.
+    #[error("{slot} {conn}: not ready within {waited:?}")]
+    OpenTimeout {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The close deadline passed before these batches were durable.
+    #[error("{slot}: close deadline passed with batches still unacked")]
+    CloseDeadline {
+        /// The slot.
+        slot: SlotId,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_codes_follow_the_official_client() {
+        for n in -1..20 {
+            let code = Code::from_i32(n);
+            let permanent = [3, 5, 7, 11, 12, 16].contains(&n);
+            assert_eq!(code.is_retryable(), !permanent, "code {n} = {code:?}");
+        }
+        assert!(StreamError::Eof.is_retryable());
+        let denied = StreamError::Status {
+            code: Code::PermissionDenied,
+            message: "no".into(),
+        };
+        assert!(!denied.is_retryable());
+    }
+}
