@@ -33,6 +33,9 @@ impl fmt::Display for SlotId {
 pub struct ConnGen(pub(crate) u64);
 
 impl ConnGen {
+    /// The first generation a sink hands out.
+    pub const FIRST: ConnGen = ConnGen(0);
+
     /// The generation as a number, for logs and metric labels.
     #[must_use]
     pub const fn get(self) -> u64 {

@@ -264,8 +264,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                             error: StreamError::Eof,
                         },
                     );
-                } else {
-                    window.close_idle();
+                } else if let Some(conn) = window.close_idle() {
+                    // Tell the driver too, so that its side of the call is dropped before the
+                    // slot opens a new connection.
+                    self.outputs.push_back(Output::Close {
+                        slot,
+                        conn,
+                        graceful: true,
+                    });
                 }
                 Ok(())
             }
