@@ -184,7 +184,6 @@ impl<L: Lane> Confirmed<L> {
     }
 
     /// The confirmations, in offset order.
-    #[must_use]
     pub fn iter(&self) -> std::slice::Iter<'_, Confirmation<L>> {
         self.items.iter()
     }

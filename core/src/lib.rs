@@ -92,3 +92,8 @@ pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};
 pub use time::Time;
 pub use window::InFlight;
+
+/// The README's examples, compiled as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -352,17 +352,17 @@ impl Harness {
     fn input(&mut self, input: Input) {
         let (slot, conn) = input.target();
         let ready = matches!(input, Input::Ready { .. });
-        if self.sink.handle(self.now, input).is_ok() && ready {
-            if let Some(m) = self
+        if self.sink.handle(self.now, input).is_ok()
+            && ready
+            && let Some(m) = self
                 .slots
                 .get_mut(slot.index())
                 .filter(|m| m.opening == Some(conn))
-            {
-                m.opening = None;
-                m.live = Some(conn);
-                m.received = 0;
-                m.acked = 0;
-            }
+        {
+            m.opening = None;
+            m.live = Some(conn);
+            m.received = 0;
+            m.acked = 0;
         }
     }
 

@@ -287,13 +287,13 @@ impl Oracle {
                 ),
             ));
         }
-        if let Some(last) = self.last_confirmed.insert(slot, offset) {
-            if offset <= last {
-                return Err(violation(
-                    3,
-                    format!("{slot} confirmed {offset} after {last}"),
-                ));
-            }
+        if let Some(last) = self.last_confirmed.insert(slot, offset)
+            && offset <= last
+        {
+            return Err(violation(
+                3,
+                format!("{slot} confirmed {offset} after {last}"),
+            ));
         }
         r.end = Some(End::Confirmed);
         self.tally.confirmed += 1;

@@ -202,6 +202,9 @@ struct ServerConn {
     wal: VecDeque<(Time, u64)>,
     wal_tail: Time,
     link_free: Time,
+    /// The group-commit tick (in microseconds) being filled, and when it becomes durable.
+    sync: Option<u64>,
+    sync_durable_at: Time,
     received: u64,
     acked: u64,
 }
@@ -443,24 +446,34 @@ impl Sim<'_> {
                 Event::AckCheck { slot, conn },
             );
         }
-        if self.sink.handle(now, input.clone()).is_ok() {
-            if let Input::Acked { up_to_records, .. } = input {
-                self.oracle.acked(slot, conn, up_to_records);
-            }
+        if self.sink.handle(now, input.clone()).is_ok()
+            && let Input::Acked { up_to_records, .. } = input
+        {
+            self.oracle.acked(slot, conn, up_to_records);
         }
     }
 
+    /// A message crosses the link, lands in the write-ahead log at the next group-commit tick,
+    /// and that sync becomes durable after a latency drawn once per sync (so a slow sync delays
+    /// what it carries, and, the log being ordered, everything after it).
     fn transmit(&mut self, slot: SlotId, conn: ConnGen, rows: u64, bytes: u64) {
-        let latency = self.config.ack_latency.draw(&mut self.rng);
         let (bandwidth, sync) = (self.config.stream_bandwidth.max(1), self.config.wal_sync);
         let now = self.now;
         let server = self.servers.entry(conn).or_default();
         let on_wire = Duration::from_secs_f64(bytes as f64 / bandwidth as f64);
         server.link_free = server.link_free.max(now) + on_wire;
-        let ready = (server.link_free + latency).max(server.wal_tail);
-        // Group commit: durable at the next sync tick.
         let tick = sync.as_micros().max(1) as u64;
-        let durable_at = Time::from_micros(ready.as_micros().div_ceil(tick).saturating_mul(tick));
+        let sync_at = server
+            .link_free
+            .as_micros()
+            .div_ceil(tick)
+            .saturating_mul(tick);
+        if server.sync != Some(sync_at) {
+            server.sync = Some(sync_at);
+            server.sync_durable_at =
+                Time::from_micros(sync_at) + self.config.ack_latency.draw(&mut self.rng);
+        }
+        let durable_at = server.sync_durable_at.max(server.wal_tail);
         server.wal_tail = durable_at;
         server.received += rows;
         server.wal.push_back((durable_at, server.received));
@@ -473,11 +486,11 @@ impl Sim<'_> {
             let mut ended = Vec::new();
             match &out {
                 Output::Timeout(at) => {
-                    if let Some(at) = *at {
-                        if self.next_wake.is_none_or(|w| at < w) {
-                            self.next_wake = Some(at);
-                            self.schedule(at, Event::Wake);
-                        }
+                    if let Some(at) = *at
+                        && self.next_wake.is_none_or(|w| at < w)
+                    {
+                        self.next_wake = Some(at);
+                        self.schedule(at, Event::Wake);
                     }
                     return self.oracle.check(&self.sink);
                 }

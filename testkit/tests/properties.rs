@@ -31,7 +31,7 @@ fn holds(
 
 fn check(prop: fn(Vec<Op>) -> TestResult) {
     QuickCheck::new()
-        .r#gen(quickcheck::Gen::new(200))
+        .rng(quickcheck::Gen::new(200))
         .tests(tests())
         .max_tests(tests() * 10)
         .quickcheck(prop);
