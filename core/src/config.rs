@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
-/// The bounds of one slot's ack window: what may be in flight (admitted, not yet durable).
+/// The bounds of one slot's ack window: what may be in flight (assigned, not yet durable).
+/// A table may also hold, unassigned, up to its slot count times these bounds.
 ///
-/// Memory held by the sink is bounded by `slots x` these limits, never by input (invariant 8).
+/// Memory held by the sink is bounded by configuration, never by input (invariant 8): at most
+/// twice `sum over tables of slots x` these limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowLimits {
     /// Batches in flight per slot. The official client's default is 1,000.
@@ -27,31 +29,74 @@ impl Default for WindowLimits {
     }
 }
 
+/// How a slot recovers from a failed connection.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Delay before the first reconnect (the official client waits a fixed 2 s).
+    pub initial_backoff: Duration,
+    /// Cap on the delay.
+    pub max_backoff: Duration,
+    /// Growth per consecutive failure.
+    pub multiplier: f64,
+    /// Fraction of each delay that is randomised (0 = none, 0.2 = the delay is 80-100 % of
+    /// nominal).
+    pub jitter: f64,
+    /// Seed of the jitter, so that runs are reproducible.
+    pub jitter_seed: u64,
+    /// Consecutive failures a slot may retry before its batches are handed back (the official
+    /// client: 4). Progress (an ack) resets the count.
+    pub max_attempts: u32,
+    /// How long a broken but still open stream may deliver its last acks before it is closed.
+    pub drain_budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            initial_backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(60),
+            multiplier: 2.0,
+            jitter: 0.2,
+            jitter_seed: 0x5EED,
+            max_attempts: 4,
+            drain_budget: Duration::from_millis(500),
+        }
+    }
+}
+
 /// Configuration of a [`SinkCore`](crate::SinkCore). Every field has a conservative default.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SinkConfig {
-    /// Stream slots in the pool; each holds at most one connection.
-    pub slots: u16,
     /// Bounds of each slot's ack window.
     pub window: WindowLimits,
+    /// Cap on streams open (or opening, or backing off) across every table. When a table needs
+    /// streams beyond it, the least recently used table is drained to durable and closed first.
+    pub max_open_streams: u16,
+    /// How long a table keeps its streams before it may be evicted for another: without it, two
+    /// tables competing under the cap would evict each other at once, a reopen storm.
+    pub min_residency: Duration,
     /// Largest wire message; a larger batch is sent as several row slices, each with its own
     /// wire offset (PROTOCOL.md A.2: 2 MiB, as the official client).
     pub max_message_bytes: u64,
-    /// How long the oldest sent batch may wait for its durable ack before the connection is
-    /// declared dead (PROTOCOL.md A.3: 60 s).
+    /// How long the oldest sent batch may wait for its durable ack before the stream counts as
+    /// broken (PROTOCOL.md A.3: 60 s).
     pub ack_timeout: Duration,
     /// How long an opened connection may take to become ready (PROTOCOL.md C.4: 30 s).
     pub open_timeout: Duration,
+    /// Reconnect behaviour.
+    pub retry: RetryPolicy,
 }
 
 impl Default for SinkConfig {
     fn default() -> SinkConfig {
         SinkConfig {
-            slots: 1,
             window: WindowLimits::default(),
+            max_open_streams: 64,
+            min_residency: Duration::from_secs(10),
             max_message_bytes: 2 * 1024 * 1024,
             ack_timeout: Duration::from_secs(60),
             open_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -59,8 +104,8 @@ impl Default for SinkConfig {
 impl SinkConfig {
     /// Checks every field; the error names the first field that is out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, bool, &'static str); 7] = [
-            ("slots", self.slots > 0, "must be at least 1"),
+        let r = &self.retry;
+        let checks: [(&'static str, bool, &'static str); 11] = [
             (
                 "window.max_batches",
                 self.window.max_batches > 0,
@@ -74,6 +119,11 @@ impl SinkConfig {
             (
                 "window.max_rows",
                 self.window.max_rows > 0,
+                "must be at least 1",
+            ),
+            (
+                "max_open_streams",
+                self.max_open_streams > 0,
                 "must be at least 1",
             ),
             (
@@ -91,6 +141,26 @@ impl SinkConfig {
                 !self.open_timeout.is_zero(),
                 "must be longer than zero",
             ),
+            (
+                "retry.max_backoff",
+                r.max_backoff >= r.initial_backoff,
+                "must be at least retry.initial_backoff",
+            ),
+            (
+                "retry.multiplier",
+                r.multiplier.is_finite() && r.multiplier >= 1.0,
+                "must be a finite number >= 1",
+            ),
+            (
+                "retry.jitter",
+                (0.0..=1.0).contains(&r.jitter),
+                "must be within [0, 1]",
+            ),
+            (
+                "retry.drain_budget",
+                r.drain_budget <= self.ack_timeout,
+                "must not exceed ack_timeout",
+            ),
         ];
         match checks.into_iter().find(|(_, ok, _)| !ok) {
             Some((field, _, reason)) => Err(ConfigError::OutOfRange { field, reason }),
@@ -104,7 +174,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_valid_and_zeroes_are_named() {
+    fn defaults_are_valid_and_bad_fields_are_named() {
         assert_eq!(SinkConfig::default().validate(), Ok(()));
         let mut c = SinkConfig::default();
         c.window.max_rows = 0;
@@ -122,6 +192,14 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("ack_timeout")
+        );
+        let mut c = SinkConfig::default();
+        c.retry.multiplier = f64::NAN;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("retry.multiplier")
         );
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::batch::Batch;
-use crate::ids::{ConnGen, LogicalOffset, SlotId};
+use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId};
 use crate::lane::{Lane, Token};
 
 /// The configuration is unusable.
@@ -18,6 +18,22 @@ pub enum ConfigError {
         field: &'static str,
         /// What is required of it.
         reason: &'static str,
+    },
+    /// A table's pool is larger than the global stream cap, so it could never open.
+    #[error("table `{table}` needs {slots} streams but max_open_streams is {cap}")]
+    PoolAboveCap {
+        /// The table's name.
+        table: String,
+        /// Its pool size.
+        slots: u16,
+        /// The cap.
+        cap: u16,
+    },
+    /// More tables or slots than the sink can number.
+    #[error("too many {what} for one sink")]
+    TooMany {
+        /// What overflowed.
+        what: &'static str,
     },
 }
 
@@ -71,6 +87,28 @@ pub enum RejectReason {
     /// The sink is closing or closed and admits nothing more.
     #[error("sink is closing and admits no more batches")]
     Closed,
+    /// The sink has no such table.
+    #[error("{table} is not registered with this sink")]
+    UnknownTable {
+        /// The id given.
+        table: TableId,
+    },
+    /// The table failed fatally; nothing more is admitted for it.
+    #[error("{table} has failed: {reason}")]
+    TableFailed {
+        /// The table.
+        table: TableId,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The table declares an ordering key and the batch came without one, or the reverse.
+    #[error("{table} {expectation}")]
+    Routing {
+        /// The table.
+        table: TableId,
+        /// What the table expects.
+        expectation: &'static str,
+    },
 }
 
 /// A batch the sink did not admit, handed back whole with its token. Nothing was sent and no
@@ -235,6 +273,16 @@ pub enum StreamError {
         /// What happened.
         message: String,
     },
+    /// The service refused the stream's schema (`SCHEMA_VALIDATION_FAILED`, PROTOCOL.md C.2).
+    #[error("schema rejected ({causes:?}, error code {error_code:?}): {message}")]
+    SchemaRejected {
+        /// The causes the service listed.
+        causes: Vec<crate::classify::SchemaCause>,
+        /// The service's numeric error code, if sent.
+        error_code: Option<String>,
+        /// The status message.
+        message: String,
+    },
 }
 
 impl StreamError {
@@ -244,6 +292,7 @@ impl StreamError {
         match self {
             StreamError::Status { code, .. } => code.is_retryable(),
             StreamError::Eof | StreamError::Transport { .. } => true,
+            StreamError::SchemaRejected { .. } => false,
         }
     }
 }
@@ -288,10 +337,30 @@ pub enum FailureReason {
         waited: Duration,
     },
     /// The close deadline passed before these batches were durable.
-    #[error("{slot}: close deadline passed with batches still unacked")]
+    #[error("{table}: close deadline passed with batches still unacked")]
     CloseDeadline {
+        /// The table.
+        table: TableId,
+    },
+    /// The slot failed more consecutive times than the retry budget allows; the last failure
+    /// is named.
+    #[error("{slot}: retry budget of {attempts} attempts spent; last failure: {last}")]
+    RetryBudgetSpent {
         /// The slot.
         slot: SlotId,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: Box<FailureReason>,
+    },
+    /// The table failed fatally (permission, not found, invalid argument, schema rejected, or
+    /// credentials refused after one refresh).
+    #[error("{table} failed: {error}")]
+    TableFailed {
+        /// The table.
+        table: TableId,
+        /// What the service reported.
+        error: StreamError,
     },
 }
 

@@ -1,11 +1,12 @@
 //! The vocabulary between the core and its driver: inputs in, outputs out.
 
 use std::fmt;
+use std::time::Duration;
 use std::vec;
 
 use crate::batch::Batch;
 use crate::error::{FailureReason, StreamError};
-use crate::ids::{ConnGen, LogicalOffset, SlotId, WireOffset};
+use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::time::Time;
 
@@ -17,7 +18,8 @@ impl Input {
             Input::Ready { slot, conn }
             | Input::Acked { slot, conn, .. }
             | Input::Failed { slot, conn, .. }
-            | Input::Closed { slot, conn } => (slot, conn),
+            | Input::Closed { slot, conn }
+            | Input::Rotate { slot, conn, .. } => (slot, conn),
         }
     }
 }
@@ -59,6 +61,16 @@ pub enum Input {
         /// The connection.
         conn: ConnGen,
     },
+    /// The service asked for a graceful rotation (`close_stream_duration_ms`, PROTOCOL.md
+    /// A.4). Feed any ack fields of the same `PutResult` first, as an [`Input::Acked`].
+    Rotate {
+        /// The slot.
+        slot: SlotId,
+        /// The connection.
+        conn: ConnGen,
+        /// The grace period the service gave.
+        grace: Duration,
+    },
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
@@ -67,6 +79,8 @@ pub enum Input {
 pub enum Output<L: Lane, B: Batch> {
     /// Open a connection (one `DoPut`) for the slot; report [`Input::Ready`] once READY arrives.
     Open {
+        /// The table (its name: [`SinkCore::table_name`](crate::SinkCore::table_name)).
+        table: TableId,
         /// The slot.
         slot: SlotId,
         /// The new connection's generation; tag every input for it with this.
@@ -74,7 +88,9 @@ pub enum Output<L: Lane, B: Batch> {
     },
     /// Send one wire message on the slot's live connection.
     Send(Transmit<B>),
-    /// Close the connection: half-close if `graceful`, otherwise drop it.
+    /// Close the connection: half-close if `graceful` (keep reading: late acks and the
+    /// server's end of the call still count), otherwise drop it. A half-closed connection may
+    /// later be dropped too (a second `Close` with `graceful: false`).
     Close {
         /// The slot.
         slot: SlotId,
@@ -87,6 +103,12 @@ pub enum Output<L: Lane, B: Batch> {
     Confirmed(Confirmed<L>),
     /// Batches that will never be confirmed, handed back with their tokens.
     Failed(Failed<L, B>),
+    /// The service refused the table's credentials: drop any cached token for it, so that the
+    /// next open mints a new one. The slot reopens once; a second refusal fails the table.
+    InvalidateCredentials {
+        /// The table.
+        table: TableId,
+    },
     /// Nothing to do until this time (`None`: until the next input or submit). Call
     /// [`poll_output`](crate::SinkCore::poll_output) again then.
     Timeout(Option<Time>),
@@ -95,7 +117,7 @@ pub enum Output<L: Lane, B: Batch> {
 impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Output::Open { slot, conn } => write!(f, "Open({slot}, {conn})"),
+            Output::Open { table, slot, conn } => write!(f, "Open({table}, {slot}, {conn})"),
             Output::Send(t) => write!(
                 f,
                 "Send({}, {}, {}, {}, rows {})",
@@ -109,7 +131,15 @@ impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
                 write!(f, "Close({slot}, {conn}, graceful: {graceful})")
             }
             Output::Confirmed(c) => write!(f, "Confirmed({}, {:?})", c.slot, c.offsets()),
-            Output::Failed(x) => write!(f, "Failed({}, {:?}: {})", x.slot, x.offsets(), x.reason),
+            Output::Failed(x) => write!(
+                f,
+                "Failed({}, {:?}, {:?}: {})",
+                x.table,
+                x.slot,
+                x.offsets(),
+                x.reason
+            ),
+            Output::InvalidateCredentials { table } => write!(f, "InvalidateCredentials({table})"),
             Output::Timeout(at) => write!(f, "Timeout({at:?})"),
         }
     }
@@ -118,6 +148,8 @@ impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
 /// One wire message: a batch, or a row slice of one when the batch exceeds the message limit.
 #[must_use = "a transmit must be sent on its connection"]
 pub struct Transmit<B> {
+    /// The table.
+    pub table: TableId,
     /// The slot.
     pub slot: SlotId,
     /// The connection to send it on.
@@ -135,6 +167,7 @@ pub struct Transmit<B> {
 impl<B: Batch> fmt::Debug for Transmit<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transmit")
+            .field("table", &self.table)
             .field("slot", &self.slot)
             .field("conn", &self.conn)
             .field("wire_offset", &self.wire_offset)
@@ -147,12 +180,19 @@ impl<B: Batch> fmt::Debug for Transmit<B> {
 /// One ack's worth of confirmations of one slot, in offset order.
 #[must_use = "confirmations must be committed"]
 pub struct Confirmed<L: Lane> {
+    pub(crate) table: TableId,
     pub(crate) slot: SlotId,
     pub(crate) conn: ConnGen,
     pub(crate) items: Vec<Confirmation<L>>,
 }
 
 impl<L: Lane> Confirmed<L> {
+    /// The table.
+    #[must_use]
+    pub fn table(&self) -> TableId {
+        self.table
+    }
+
     /// The slot.
     #[must_use]
     pub fn slot(&self) -> SlotId {
@@ -210,8 +250,8 @@ impl<L: Lane> fmt::Debug for Confirmed<L> {
 /// token. The caller may resubmit it (at-least-once) or fail its pipeline.
 #[must_use = "a failed batch must be retried or reported; dropping it loses data"]
 pub struct FailedBatch<L: Lane, B> {
-    /// The logical offset it had.
-    pub offset: LogicalOffset,
+    /// The logical offset it had, if it had been given to a slot.
+    pub offset: Option<LogicalOffset>,
     /// Its rows that are not known durable (the whole batch unless an ack covered a prefix).
     pub batch: B,
     /// The batch's token, never confirmed.
@@ -232,11 +272,13 @@ impl<L: Lane, B: Batch> fmt::Debug for FailedBatch<L, B> {
     }
 }
 
-/// Batches of one slot that failed for one reason.
+/// Batches of one table (and slot, if they had been given one) that failed for one reason.
 #[must_use = "failed batches must be retried or reported; dropping them loses data"]
 pub struct Failed<L: Lane, B> {
-    /// The slot.
-    pub slot: SlotId,
+    /// The table.
+    pub table: TableId,
+    /// The slot, or `None` for batches still waiting for one.
+    pub slot: Option<SlotId>,
     /// Why.
     pub reason: FailureReason,
     /// The batches, in offset order.
@@ -244,9 +286,9 @@ pub struct Failed<L: Lane, B> {
 }
 
 impl<L: Lane, B> Failed<L, B> {
-    /// The logical offsets handed back, in order.
+    /// The logical offsets handed back, in order (`None` for batches not yet given a slot).
     #[must_use]
-    pub fn offsets(&self) -> Vec<LogicalOffset> {
+    pub fn offsets(&self) -> Vec<Option<LogicalOffset>> {
         self.batches.iter().map(|b| b.offset).collect()
     }
 }
@@ -254,6 +296,7 @@ impl<L: Lane, B> Failed<L, B> {
 impl<L: Lane, B: Batch> fmt::Debug for Failed<L, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Failed")
+            .field("table", &self.table)
             .field("slot", &self.slot)
             .field("reason", &self.reason)
             .field("offsets", &self.offsets())

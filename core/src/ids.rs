@@ -2,7 +2,42 @@
 
 use std::fmt;
 
-/// One stream slot of the sink's pool. A slot holds at most one live connection at a time.
+/// A table registered with the sink (see [`SinkCore::add_table`](crate::SinkCore::add_table)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableId(pub(crate) u16);
+
+impl TableId {
+    /// The table with this index (a table the sink does not have is reported, never a panic).
+    #[must_use]
+    pub const fn from_index(index: u16) -> TableId {
+        TableId(index)
+    }
+
+    /// The table's index, in order of registration.
+    #[must_use]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// A route to this table's slot for ordering key `key_hash`: batches with one key hash stay
+    /// on one stream, so the service keeps their order.
+    #[must_use]
+    pub const fn key(self, key_hash: u64) -> crate::table::Route {
+        crate::table::Route {
+            table: self,
+            key: Some(key_hash),
+        }
+    }
+}
+
+impl fmt::Display for TableId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "table #{}", self.0)
+    }
+}
+
+/// One stream slot of the sink (slots are numbered across all tables). A slot belongs to one
+/// table and holds at most one live connection at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotId(pub(crate) u16);
 
@@ -36,6 +71,13 @@ impl ConnGen {
     /// The first generation a sink hands out.
     pub const FIRST: ConnGen = ConnGen(0);
 
+    /// The generation `n` after this one (sinks number generations 0, 1, 2, ... as they open
+    /// connections; handy in tests and transcripts).
+    #[must_use]
+    pub const fn plus(self, n: u64) -> ConnGen {
+        ConnGen(self.0.saturating_add(n))
+    }
+
     /// The generation as a number, for logs and metric labels.
     #[must_use]
     pub const fn get(self) -> u64 {
@@ -55,6 +97,9 @@ impl fmt::Display for ConnGen {
 pub struct LogicalOffset(pub(crate) u64);
 
 impl LogicalOffset {
+    /// The first offset of every slot.
+    pub const ZERO: LogicalOffset = LogicalOffset(0);
+
     /// The offset as a number.
     #[must_use]
     pub const fn get(self) -> u64 {

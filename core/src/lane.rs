@@ -13,10 +13,11 @@
 //! A derived token cannot be submitted to a raw sink (mismatched types):
 //!
 //! ```compile_fail,E0308
-//! use zerobus_sink::{CoverageRange, Raw, SinkConfig, SinkCore, Time, Token};
+//! use zerobus_sink::{CoverageRange, Raw, SinkConfig, SinkCore, TableSpec, Time, Token};
 //! let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+//! let table = sink.add_table(TableSpec::new("main.bronze.orders")).unwrap();
 //! let token = Token::derived(CoverageRange::new("orders", 0, 0, 10));
-//! let _ = sink.submit(Time::ZERO, vec![1u8, 2, 3], token);
+//! let _ = sink.submit(Time::ZERO, table, vec![1u8, 2, 3], token);
 //! ```
 //!
 //! A raw sink's confirmations cannot be used where derived ones are expected (mismatched types):

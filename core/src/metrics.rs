@@ -107,9 +107,26 @@ pub struct Metrics {
     pub messages_sent: u64,
     /// Submits refused because every window was full.
     pub backpressured: u64,
+    /// Streams that broke while live and were rebuilt with a replay: the "our stream died"
+    /// cause signal (`ack_lane_poisoned`), distinct from slow acks.
+    pub poisoned: u64,
+    /// Connections that could not be made and were retried after backoff.
+    pub transient_failures: u64,
+    /// Stream opens the service refused for concurrency (`RESOURCE_EXHAUSTED`).
+    pub concurrency_rejects: u64,
+    /// Graceful rotations the service asked for.
+    pub rotations: u64,
+    /// Credential refreshes asked of the driver after an auth rejection.
+    pub credential_refreshes: u64,
+    /// Times a slot spent its retry budget and handed its batches back.
+    pub retry_budgets_spent: u64,
+    /// Tables drained and closed to make room under the global stream cap.
+    pub evictions: u64,
+    /// Tables failed fatally.
+    pub tables_failed: u64,
 }
 
-/// The sink's watermarks, in batches and rows. Both `submitted` and `delivered` only grow, and
+/// Watermarks, in batches and rows (of the sink, a table or a slot). Both `submitted` and `delivered` only grow, and
 /// `delivered <= submitted` always (invariant 2). The source may advance only on `delivered`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Watermarks {
@@ -130,6 +147,16 @@ impl Watermarks {
     #[must_use]
     pub fn pending(&self) -> u64 {
         self.submitted - self.delivered - self.failed
+    }
+
+    pub(crate) fn plus(self, o: Watermarks) -> Watermarks {
+        Watermarks {
+            submitted: self.submitted + o.submitted,
+            delivered: self.delivered + o.delivered,
+            failed: self.failed + o.failed,
+            rows_submitted: self.rows_submitted + o.rows_submitted,
+            rows_delivered: self.rows_delivered + o.rows_delivered,
+        }
     }
 }
 

@@ -1,13 +1,13 @@
-//! One slot's ack window: logical offsets, the live connection's row and wire accounting, and
-//! the pending batches in offset order.
+//! One slot's ack window: logical offsets, the connection's phase with its row and wire
+//! accounting, and the slot's batches in offset order.
 //!
 //! Pending batches form a queue `[placed on the live connection ...][not yet placed ...]`. A
 //! batch is *placed* when its wire messages are emitted; its rows then occupy
 //! `[start_row, end_row)` of the connection's cumulative row count, which is what the service
 //! acks (PROTOCOL.md A.3). An ack of `R` rows confirms, in order, every placed batch with
-//! `end_row <= R`. A batch that is only partly covered stays pending; if the connection is lost,
-//! [`SlotWindow::rebase`] slices off the durable prefix so only the suffix is ever resent or
-//! handed back.
+//! `end_row <= R`. A batch only partly covered stays pending; when the connection goes,
+//! [`SlotWindow::rebase`] slices off the durable prefix and unplaces everything, so the next
+//! connection replays exactly the unacked suffix, in logical order.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -16,10 +16,19 @@ use crate::batch::Batch;
 use crate::config::WindowLimits;
 use crate::error::{Bound, FailureReason, ProtocolError};
 use crate::event::{Confirmed, Failed, FailedBatch, Transmit};
-use crate::ids::{ConnGen, LogicalOffset, SlotId, WireOffset};
+use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
 use crate::time::Time;
+
+/// A batch admitted for a table and not yet given to a slot.
+pub(crate) struct Queued<L: Lane, B> {
+    pub(crate) batch: B,
+    pub(crate) token: Token<L>,
+    pub(crate) rows: u64,
+    pub(crate) bytes: u64,
+    pub(crate) submitted_at: Time,
+}
 
 struct Pending<L: Lane, B> {
     offset: LogicalOffset,
@@ -29,7 +38,7 @@ struct Pending<L: Lane, B> {
     /// Rows and bytes as submitted: what the window was charged.
     rows: u64,
     bytes: u64,
-    /// Rows of the submitted batch durable on an earlier connection.
+    /// Rows of the submitted batch made durable on earlier connections.
     durable_rows: u64,
     submitted_at: Time,
     placed: Option<Placement>,
@@ -42,32 +51,57 @@ struct Placement {
     sent_at: Time,
 }
 
-/// The slot's connection, if any.
+/// A READY connection's accounting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Conn {
-    /// No connection.
-    Idle,
-    /// Open requested; waiting for READY until `deadline`.
-    Opening { conn: ConnGen, since: Time },
-    /// READY: batches may be sent.
-    Ready {
-        conn: ConnGen,
-        next_wire: u64,
-        rows_sent: u64,
-        rows_acked: u64,
-    },
+pub(crate) struct Live {
+    pub(crate) conn: ConnGen,
+    pub(crate) next_wire: u64,
+    pub(crate) rows_sent: u64,
+    pub(crate) rows_acked: u64,
 }
 
-impl Conn {
-    pub(crate) fn generation(self) -> Option<ConnGen> {
+/// Why a live connection is draining (no sends; acks still applied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// The stream is broken (ack timeout): close at `until` or once everything is acked.
+    Poison,
+    /// The server asked to rotate: wait for acks, half-close, read late acks, reopen.
+    Rotation { half_closed: bool },
+}
+
+/// The slot's connection phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// No connection (never opened, or closed for shutdown or eviction).
+    Idle,
+    /// Open requested; waiting for READY.
+    Opening { conn: ConnGen, since: Time },
+    /// READY: batches may be sent.
+    Ready(Live),
+    /// Sends stopped; acks still applied until `until`.
+    Draining { live: Live, until: Time, why: Drain },
+    /// Waiting before reopening.
+    Backoff { until: Time },
+    /// The table failed; the slot never opens again.
+    Failed,
+}
+
+impl Phase {
+    pub(crate) fn conn(self) -> Option<ConnGen> {
         match self {
-            Conn::Idle => None,
-            Conn::Opening { conn, .. } | Conn::Ready { conn, .. } => Some(conn),
+            Phase::Opening { conn, .. } => Some(conn),
+            Phase::Ready(live) | Phase::Draining { live, .. } => Some(live.conn),
+            Phase::Idle | Phase::Backoff { .. } | Phase::Failed => None,
         }
+    }
+
+    /// Whether the slot holds (or is about to hold) a stream, for the global cap.
+    pub(crate) fn holds_stream(self) -> bool {
+        !matches!(self, Phase::Idle | Phase::Failed)
     }
 }
 
-/// What a slot's window holds: batches admitted and not yet ended (confirmed or failed).
+/// What a slot's window holds: batches assigned to it and not yet ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InFlight {
     /// Batches.
@@ -78,37 +112,86 @@ pub struct InFlight {
     pub rows: u64,
 }
 
+impl InFlight {
+    pub(crate) fn add(&mut self, rows: u64, bytes: u64) {
+        self.batches += 1;
+        self.rows += rows;
+        self.bytes += bytes;
+    }
+
+    pub(crate) fn remove(&mut self, rows: u64, bytes: u64) {
+        self.batches -= 1;
+        self.rows -= rows;
+        self.bytes -= bytes;
+    }
+
+    /// Which bound, if any, one more batch of `rows`/`bytes` would exceed, with `scale` times
+    /// the per-slot limits.
+    pub(crate) fn exceeded(
+        &self,
+        limits: &WindowLimits,
+        scale: u64,
+        rows: u64,
+        bytes: u64,
+    ) -> Option<(Bound, u64)> {
+        let max_batches = u64::from(limits.max_batches).saturating_mul(scale);
+        let max_bytes = limits.max_bytes.saturating_mul(scale);
+        let max_rows = limits.max_rows.saturating_mul(scale);
+        if self.batches >= max_batches {
+            Some((Bound::Batches, max_batches))
+        } else if self.bytes.saturating_add(bytes) > max_bytes {
+            Some((Bound::Bytes, max_bytes))
+        } else if self.rows.saturating_add(rows) > max_rows {
+            Some((Bound::Rows, max_rows))
+        } else {
+            None
+        }
+    }
+}
+
 pub(crate) struct SlotWindow<L: Lane, B> {
     id: SlotId,
+    table: TableId,
     next_offset: u64,
     pending: VecDeque<Pending<L, B>>,
     /// How many batches at the front of `pending` are placed on the live connection.
     placed: usize,
-    conn: Conn,
+    pub(crate) phase: Phase,
     usage: InFlight,
     marks: Watermarks,
+    /// Consecutive failures since the last progress (an ack that advanced).
+    pub(crate) failures: u32,
+    /// The most recent failure, named when the retry budget is spent.
+    pub(crate) last_failure: Option<FailureReason>,
+    /// The earliest time the slot may open again after a failure. Kept when the slot rests
+    /// (its table evicted), so that re-warming the table cannot skip a backoff.
+    pub(crate) retry_at: Time,
 }
 
 /// The outcome of an ack.
 pub(crate) enum AckOutcome<L: Lane> {
-    /// Nothing new became durable (a repeat of the last ack).
+    /// Nothing new became durable.
     Nothing,
-    /// These batches became durable.
-    Confirmed(Confirmed<L>),
+    /// The durable count advanced; these batches (possibly none) became durable.
+    Progress(Option<Confirmed<L>>),
     /// The ack broke the protocol; `fatal` ones end the connection.
     Violation { error: ProtocolError, fatal: bool },
 }
 
 impl<L: Lane, B: Batch> SlotWindow<L, B> {
-    pub(crate) fn new(id: SlotId) -> Self {
+    pub(crate) fn new(id: SlotId, table: TableId) -> Self {
         SlotWindow {
             id,
+            table,
             next_offset: 0,
             pending: VecDeque::new(),
             placed: 0,
-            conn: Conn::Idle,
+            phase: Phase::Idle,
             usage: InFlight::default(),
             marks: Watermarks::default(),
+            failures: 0,
+            last_failure: None,
+            retry_at: Time::ZERO,
         }
     }
 
@@ -116,8 +199,8 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.id
     }
 
-    pub(crate) fn conn(&self) -> Conn {
-        self.conn
+    pub(crate) fn table(&self) -> TableId {
+        self.table
     }
 
     pub(crate) fn usage(&self) -> InFlight {
@@ -136,104 +219,78 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.placed < self.pending.len()
     }
 
-    /// Which bound, if any, admitting `rows`/`bytes` more would exceed.
-    pub(crate) fn exceeded_bound(
-        &self,
-        limits: &WindowLimits,
-        rows: u64,
-        bytes: u64,
-    ) -> Option<(Bound, u64)> {
-        if self.usage.batches >= u64::from(limits.max_batches) {
-            Some((Bound::Batches, u64::from(limits.max_batches)))
-        } else if self.usage.bytes.saturating_add(bytes) > limits.max_bytes {
-            Some((Bound::Bytes, limits.max_bytes))
-        } else if self.usage.rows.saturating_add(rows) > limits.max_rows {
-            Some((Bound::Rows, limits.max_rows))
-        } else {
-            None
-        }
+    /// Whether batches are on the wire and not yet durable.
+    pub(crate) fn has_placed(&self) -> bool {
+        self.placed > 0
     }
 
-    /// Admits a batch the caller checked fits; it is sent once the connection is ready.
-    pub(crate) fn admit(
-        &mut self,
-        now: Time,
-        batch: B,
-        token: Token<L>,
-        rows: u64,
-        bytes: u64,
-    ) -> LogicalOffset {
+    pub(crate) fn is_ready(&self) -> bool {
+        matches!(self.phase, Phase::Ready(_))
+    }
+
+    /// Gives the slot a batch; it is sent once the connection is ready.
+    pub(crate) fn assign(&mut self, q: Queued<L, B>) -> LogicalOffset {
         let offset = LogicalOffset(self.next_offset);
         self.next_offset += 1;
+        self.usage.add(q.rows, q.bytes);
+        self.marks.submitted += 1;
+        self.marks.rows_submitted += q.rows;
         self.pending.push_back(Pending {
             offset,
-            batch,
-            token,
-            rows,
-            bytes,
+            batch: q.batch,
+            token: q.token,
+            rows: q.rows,
+            bytes: q.bytes,
             durable_rows: 0,
-            submitted_at: now,
+            submitted_at: q.submitted_at,
             placed: None,
         });
-        self.usage.batches += 1;
-        self.usage.bytes += bytes;
-        self.usage.rows += rows;
-        self.marks.submitted += 1;
-        self.marks.rows_submitted += rows;
         offset
     }
 
-    pub(crate) fn begin_open(&mut self, conn: ConnGen, now: Time) {
-        debug_assert!(self.conn == Conn::Idle);
-        self.conn = Conn::Opening { conn, since: now };
-    }
-
-    /// READY for `conn`; false if `conn` is not the one being opened (stale).
+    /// READY for `conn`: false if `conn` is not the one being opened.
     pub(crate) fn on_ready(&mut self, conn: ConnGen) -> bool {
-        match self.conn {
-            Conn::Opening { conn: live, .. } if live == conn => {
-                self.conn = Conn::Ready {
+        match self.phase {
+            Phase::Opening { conn: opening, .. } if opening == conn => {
+                self.phase = Phase::Ready(Live {
                     conn,
                     next_wire: 0,
                     rows_sent: 0,
                     rows_acked: 0,
-                };
+                });
                 true
             }
             _ => false,
         }
     }
 
-    /// Places every unplaced batch on the live connection, pushing one transmit per wire
-    /// message (batches above `max_message_bytes` are split into row slices). Returns how many
-    /// messages it produced.
+    /// Places every unplaced batch on the READY connection, one transmit per wire message
+    /// (batches above `max_message_bytes` become several row slices). Returns the message count.
     pub(crate) fn place_all(
         &mut self,
+        table: TableId,
         now: Time,
         max_message_bytes: u64,
         out: &mut impl FnMut(Transmit<B>),
     ) -> u64 {
-        let Conn::Ready {
-            conn,
-            ref mut next_wire,
-            ref mut rows_sent,
-            ..
-        } = self.conn
-        else {
+        let Phase::Ready(ref mut live) = self.phase else {
             return 0;
         };
         let mut messages = 0;
         while let Some(item) = self.pending.get_mut(self.placed) {
             let rows = item.batch.rows();
-            let start_row = *rows_sent;
-            *rows_sent += rows;
+            let start_row = live.rows_sent;
+            live.rows_sent += rows;
             item.placed = Some(Placement {
                 start_row,
-                end_row: *rows_sent,
+                end_row: live.rows_sent,
                 sent_at: now,
             });
-            let bytes = item.batch.bytes();
-            let parts = bytes.div_ceil(max_message_bytes).clamp(1, rows.max(1));
+            let parts = item
+                .batch
+                .bytes()
+                .div_ceil(max_message_bytes.max(1))
+                .clamp(1, rows.max(1));
             let per_part = rows.div_ceil(parts).max(1);
             let mut from = 0;
             loop {
@@ -244,14 +301,15 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                     item.batch.slice(from, len)
                 };
                 out(Transmit {
+                    table,
                     slot: self.id,
-                    conn,
-                    wire_offset: WireOffset(*next_wire),
+                    conn: live.conn,
+                    wire_offset: WireOffset(live.next_wire),
                     offset: item.offset,
                     batch,
                     rows: len,
                 });
-                *next_wire += 1;
+                live.next_wire += 1;
                 messages += 1;
                 from += len;
                 if from >= rows {
@@ -263,54 +321,53 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         messages
     }
 
-    /// Applies an ack of `up_to_records` cumulative rows on `conn`. The caller has checked that
-    /// `conn` is this slot's live generation.
+    /// Applies an ack of `up_to_records` cumulative rows on the live connection `conn`.
     pub(crate) fn on_ack(&mut self, now: Time, conn: ConnGen, up_to_records: u64) -> AckOutcome<L> {
         let slot = self.id;
-        let Conn::Ready {
-            rows_sent,
-            ref mut rows_acked,
-            ..
-        } = self.conn
-        else {
-            return AckOutcome::Violation {
-                error: ProtocolError::AckBeforeReady { slot, conn },
-                fatal: true,
-            };
+        let live = match self.phase {
+            Phase::Ready(ref mut live) | Phase::Draining { ref mut live, .. } => live,
+            _ => {
+                return AckOutcome::Violation {
+                    error: ProtocolError::AckBeforeReady { slot, conn },
+                    fatal: true,
+                };
+            }
         };
-        if up_to_records > rows_sent {
+        if up_to_records > live.rows_sent {
             let error = ProtocolError::ForwardAck {
                 slot,
                 conn,
                 acked: up_to_records,
-                sent: rows_sent,
+                sent: live.rows_sent,
             };
             return AckOutcome::Violation { error, fatal: true };
         }
-        if up_to_records < *rows_acked {
+        if up_to_records < live.rows_acked {
             let error = ProtocolError::AckRegressed {
                 slot,
                 conn,
                 acked: up_to_records,
-                previous: *rows_acked,
+                previous: live.rows_acked,
             };
             return AckOutcome::Violation {
                 error,
                 fatal: false,
             };
         }
-        *rows_acked = up_to_records;
+        if up_to_records == live.rows_acked {
+            return AckOutcome::Nothing;
+        }
+        live.rows_acked = up_to_records;
         let mut items = Vec::new();
         while let Some(front) = self.pending.front() {
-            match front.placed {
-                Some(p) if p.end_row <= up_to_records => {}
-                _ => break,
+            if front.placed.is_none_or(|p| p.end_row > up_to_records) {
+                break;
             }
             let Some(done) = self.pending.pop_front() else {
                 break;
             };
             self.placed -= 1;
-            self.release(done.rows, done.bytes);
+            self.usage.remove(done.rows, done.bytes);
             self.marks.delivered += 1;
             self.marks.rows_delivered += done.rows;
             items.push(Confirmation::new(
@@ -322,30 +379,35 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 now,
             ));
         }
-        if items.is_empty() {
-            AckOutcome::Nothing
-        } else {
-            AckOutcome::Confirmed(Confirmed { slot, conn, items })
+        let burst = (!items.is_empty()).then_some(Confirmed {
+            table: self.table,
+            slot,
+            conn,
+            items,
+        });
+        AckOutcome::Progress(burst)
+    }
+
+    /// Whether every row sent on the live connection is acked.
+    pub(crate) fn all_acked(&self) -> bool {
+        match self.phase {
+            Phase::Ready(live) | Phase::Draining { live, .. } => live.rows_acked == live.rows_sent,
+            _ => true,
         }
     }
 
-    fn release(&mut self, rows: u64, bytes: u64) {
-        self.usage.batches -= 1;
-        self.usage.rows -= rows;
-        self.usage.bytes -= bytes;
-    }
-
-    /// When the live connection must have made progress by: READY within `open_timeout`, the
-    /// oldest placed batch acked within `ack_timeout` of being sent.
+    /// When the slot must next be looked at: READY within `open_timeout`; the oldest placed
+    /// batch acked within `ack_timeout` of being sent; the end of a drain or of a backoff.
     pub(crate) fn deadline(&self, open_timeout: Duration, ack_timeout: Duration) -> Option<Time> {
-        match self.conn {
-            Conn::Idle => None,
-            Conn::Opening { since, .. } => Some(since + open_timeout),
-            Conn::Ready { .. } => self
+        match self.phase {
+            Phase::Idle | Phase::Failed => None,
+            Phase::Opening { since, .. } => Some(since + open_timeout),
+            Phase::Ready(_) => self
                 .pending
                 .front()
                 .and_then(|p| p.placed)
                 .map(|p| p.sent_at + ack_timeout),
+            Phase::Draining { until, .. } | Phase::Backoff { until } => Some(until),
         }
     }
 
@@ -354,60 +416,51 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.pending.front().map(|p| p.offset)
     }
 
-    /// Forgets the live connection: slices the durable prefix off a partly acked batch and
-    /// unplaces everything, so the pending batches can be replayed on a new connection or handed
-    /// back. Returns the generation that was live.
+    /// Forgets the connection: slices the durable prefix off a partly acked batch and unplaces
+    /// everything, so the batches can be replayed on a new connection or handed back. The phase
+    /// becomes `Idle`. Returns the generation that was open, if any.
     pub(crate) fn rebase(&mut self) -> Option<ConnGen> {
-        let gone = self.conn.generation();
-        if let Conn::Ready { rows_acked, .. } = self.conn {
+        let gone = self.phase.conn();
+        if let Phase::Ready(live) | Phase::Draining { live, .. } = self.phase {
             for item in self.pending.iter_mut() {
                 let Some(p) = item.placed.take() else { break };
-                if p.start_row < rows_acked && rows_acked < p.end_row {
-                    let durable = rows_acked - p.start_row;
-                    let left = p.end_row - rows_acked;
-                    item.batch = item.batch.slice(durable, left);
+                if p.start_row < live.rows_acked && live.rows_acked < p.end_row {
+                    let durable = live.rows_acked - p.start_row;
+                    item.batch = item.batch.slice(durable, p.end_row - live.rows_acked);
                     item.durable_rows += durable;
                 }
             }
-        } else {
-            for item in self.pending.iter_mut() {
-                item.placed = None;
-            }
         }
         self.placed = 0;
-        self.conn = Conn::Idle;
+        if self.phase != Phase::Failed {
+            self.phase = Phase::Idle;
+        }
         gone
     }
 
-    /// Hands back every pending batch (after [`rebase`](Self::rebase)).
+    /// Hands back every pending batch (call [`rebase`](Self::rebase) first).
     pub(crate) fn fail_all(&mut self, reason: FailureReason) -> Option<Failed<L, B>> {
-        debug_assert_eq!(self.placed, 0);
         if self.pending.is_empty() {
             return None;
         }
+        debug_assert_eq!(self.placed, 0, "rebase before handing back");
         let mut batches = Vec::with_capacity(self.pending.len());
         while let Some(p) = self.pending.pop_front() {
-            self.release(p.rows, p.bytes);
+            self.usage.remove(p.rows, p.bytes);
             self.marks.failed += 1;
             batches.push(FailedBatch {
-                offset: p.offset,
+                offset: Some(p.offset),
                 batch: p.batch,
                 token: p.token,
                 durable_rows: p.durable_rows,
             });
         }
+        self.placed = 0;
         Some(Failed {
-            slot: self.id,
+            table: self.table,
+            slot: Some(self.id),
             reason,
             batches,
         })
-    }
-
-    /// Marks the live connection closed after a graceful close with nothing pending.
-    pub(crate) fn close_idle(&mut self) -> Option<ConnGen> {
-        debug_assert!(self.pending.is_empty());
-        let gone = self.conn.generation();
-        self.conn = Conn::Idle;
-        gone
     }
 }

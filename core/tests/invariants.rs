@@ -2,88 +2,42 @@
 //! (The simulator and the quickcheck properties in the testkit check the same invariants over
 //! random schedules; these pin each one with a readable scenario.)
 
+mod common;
+
 use std::time::Duration;
 
+use common::*;
 use zerobus_sink::{
-    Batch, Bound, CoverageRange, Derived, FailureReason, Input, Output, ProtocolError, Raw,
-    RejectReason, SinkConfig, SinkCore, SlotId, StreamError, Time, Token, WindowLimits,
+    Batch, Bound, CoverageRange, Derived, FailureReason, Input, Output, PoolSizing, ProtocolError,
+    RejectReason, SinkConfig, SinkCore, SlotId, StreamError, TableSpec, Token, WindowLimits,
 };
-
-type Sink = SinkCore<Raw, Vec<u8>>;
-
-fn t(ms: u64) -> Time {
-    Time::from_millis(ms)
-}
-
-fn token(n: i64) -> Token<Raw> {
-    Token::raw("orders", 0, n)
-}
-
-fn sink(slots: u16) -> Sink {
-    SinkCore::new(SinkConfig {
-        slots,
-        ..SinkConfig::default()
-    })
-    .unwrap()
-}
-
-/// Drains outputs, answering every Open with Ready at once; returns everything else.
-fn drain(sink: &mut Sink, now: Time) -> Vec<Output<Raw, Vec<u8>>> {
-    let mut seen = Vec::new();
-    loop {
-        match sink.poll_output(now) {
-            Output::Open { slot, conn } => sink.handle(now, Input::Ready { slot, conn }).unwrap(),
-            Output::Timeout(_) => return seen,
-            other => seen.push(other),
-        }
-    }
-}
-
-fn sends(outputs: &[Output<Raw, Vec<u8>>]) -> Vec<(SlotId, zerobus_sink::ConnGen, u64, u64, u64)> {
-    outputs
-        .iter()
-        .filter_map(|o| match o {
-            Output::Send(t) => Some((t.slot, t.conn, t.wire_offset.get(), t.offset.get(), t.rows)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn confirmed_positions(outputs: Vec<Output<Raw, Vec<u8>>>) -> Vec<i64> {
-    outputs
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Confirmed(c) => {
-                Some(c.into_iter().map(|c| c.commit().offset).collect::<Vec<_>>())
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
 
 #[test]
 fn invariant_1_ingest_is_fire_and_forget() {
-    let mut s = sink(1);
+    let (mut s, table) = sink(1);
     // 500 submits with no ack at all: every one is admitted and put on the wire.
     for i in 0..500 {
-        let admitted = s.submit(t(0), vec![0u8; 10], token(i)).unwrap();
-        assert_eq!(admitted.offset.get(), i as u64);
+        let admitted = s.submit(t(0), table, vec![0u8; 10], token(i)).unwrap();
+        assert_eq!(admitted.seq, i as u64);
     }
     let out = drain(&mut s, t(0));
     let sent = sends(&out);
     assert_eq!(sent.len(), 500);
     assert_eq!(s.watermarks().pending(), 500);
     assert_eq!(s.watermarks().delivered, 0);
-    // Wire offsets are the connection's, from 0 and contiguous.
-    assert!(sent.iter().enumerate().all(|(i, x)| x.2 == i as u64));
+    // Wire offsets are the connection's, from 0 and contiguous; logical offsets the slot's.
+    assert!(
+        sent.iter()
+            .enumerate()
+            .all(|(i, x)| x.2 == i as u64 && x.3 == i as u64)
+    );
 }
 
 #[test]
 fn invariant_2_confirmed_only_after_covering_durable_ack() {
-    let mut s = sink(1);
-    s.submit(t(0), vec![0u8; 10], token(1)).unwrap();
-    s.submit(t(0), vec![0u8; 10], token(2)).unwrap();
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
+    s.submit(t(0), table, vec![0u8; 10], token(2)).unwrap();
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
     assert!(
@@ -124,9 +78,9 @@ fn invariant_2_confirmed_only_after_covering_durable_ack() {
 
 #[test]
 fn invariant_3_one_ack_confirms_every_covered_item_in_order() {
-    let mut s = sink(1);
+    let (mut s, table) = sink(1);
     for i in 0..5 {
-        s.submit(t(0), vec![0u8; 4], token(i)).unwrap();
+        s.submit(t(0), table, vec![0u8; 4], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
@@ -154,8 +108,8 @@ fn invariant_3_one_ack_confirms_every_covered_item_in_order() {
 
 #[test]
 fn invariant_4_stale_generation_events_never_touch_live_connection() {
-    let mut s = sink(1);
-    s.submit(t(0), vec![0u8; 4], token(1)).unwrap();
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 4], token(1)).unwrap();
     let out = drain(&mut s, t(0));
     let (slot, old, ..) = sends(&out)[0];
     s.handle(
@@ -167,14 +121,21 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
         },
     )
     .unwrap();
-    let failed = drain(&mut s, t(1));
-    assert!(failed.iter().any(|o| matches!(o, Output::Failed(_))));
-
-    s.submit(t(2), vec![0u8; 4], token(2)).unwrap();
-    let out = drain(&mut s, t(2));
-    let (_, live, ..) = sends(&out)[0];
+    let out = drain(&mut s, t(1));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Close { conn, graceful: false, .. } if *conn == old))
+    );
+    // After the backoff (2 s, no jitter here) a new generation replays the batch.
+    let out = drain(&mut s, t(2_001));
+    let (_, live, wire, offset, rows) = sends(&out)[0];
     assert_ne!(old, live);
-    // Everything from the old generation is ignored: ack, failure, close, ready.
+    assert_eq!(
+        (wire, offset, rows),
+        (0, 0, 4),
+        "replayed from wire offset 0 with its logical offset"
+    );
+    // Everything from the old generation is ignored: ack, failure, close, ready, rotation.
     for input in [
         Input::Acked {
             slot,
@@ -188,14 +149,18 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
         },
         Input::Closed { slot, conn: old },
         Input::Ready { slot, conn: old },
+        Input::Rotate {
+            slot,
+            conn: old,
+            grace: Duration::from_secs(1),
+        },
     ] {
-        s.handle(t(3), input).unwrap();
+        s.handle(t(2_002), input).unwrap();
     }
-    assert!(drain(&mut s, t(3)).is_empty());
-    assert_eq!(s.metrics().stale_inputs, 4);
-    assert_eq!(s.watermarks().pending(), 1);
+    assert!(drain(&mut s, t(2_002)).is_empty());
+    assert_eq!(s.metrics().stale_inputs, 5);
     s.handle(
-        t(4),
+        t(2_003),
         Input::Acked {
             slot,
             conn: live,
@@ -203,18 +168,18 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
         },
     )
     .unwrap();
-    assert_eq!(confirmed_positions(drain(&mut s, t(4))), vec![2]);
+    assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1]);
 }
 
 #[test]
 fn invariant_5_nothing_is_lost() {
-    let mut s = sink(1);
+    let (mut s, table) = sink(1);
     for i in 0..3 {
-        s.submit(t(0), vec![7u8; 10], token(i)).unwrap();
+        s.submit(t(0), table, vec![7u8; 10], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
-    // 14 rows durable: batch 0 whole, 4 rows of batch 1.
+    // 14 rows durable: batch 0 whole, 4 rows of batch 1. Then the stream breaks.
     s.handle(
         t(1),
         Input::Acked {
@@ -234,26 +199,69 @@ fn invariant_5_nothing_is_lost() {
         },
     )
     .unwrap();
-    let out = drain(&mut s, t(2));
-    let failed: Vec<_> = out
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Failed(f) => Some(f),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(failed.len(), 1);
-    assert!(matches!(failed[0].reason, FailureReason::Stream { .. }));
-    let back: Vec<_> = failed[0]
+    drain(&mut s, t(2));
+    // The replay carries only the 6 non-durable rows of batch 1, then batch 2 whole.
+    let out = drain(&mut s, t(2_002));
+    let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.3, x.4)).collect();
+    assert_eq!(replay, vec![(0, 1, 6), (1, 2, 10)]);
+    let (_, conn, ..) = sends(&out)[0];
+    s.handle(
+        t(2_003),
+        Input::Acked {
+            slot,
+            conn,
+            up_to_records: 16,
+        },
+    )
+    .unwrap();
+    assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1, 2]);
+    let m = s.watermarks();
+    assert_eq!(
+        (m.submitted, m.delivered, m.failed, m.pending()),
+        (3, 3, 0, 0)
+    );
+}
+
+#[test]
+fn invariant_5_a_terminal_failure_hands_back_only_the_non_durable_rows() {
+    let (mut s, table) = sink(1);
+    for i in 0..3 {
+        s.submit(t(0), table, vec![7u8; 10], token(i)).unwrap();
+    }
+    let out = drain(&mut s, t(0));
+    let (slot, conn, ..) = sends(&out)[0];
+    s.handle(
+        t(1),
+        Input::Acked {
+            slot,
+            conn,
+            up_to_records: 14,
+        },
+    )
+    .unwrap();
+    drain(&mut s, t(1));
+    // A forward ack is terminal for what the connection carried.
+    assert!(
+        s.handle(
+            t(2),
+            Input::Acked {
+                slot,
+                conn,
+                up_to_records: 31
+            }
+        )
+        .is_err()
+    );
+    let back = failed(drain(&mut s, t(2)));
+    assert_eq!(back.len(), 1);
+    let rows: Vec<_> = back[0]
         .batches
         .iter()
-        .map(|b| (b.offset.get(), b.batch.rows(), b.durable_rows))
+        .map(|b| (b.offset.map(|o| o.get()), b.batch.rows(), b.durable_rows))
         .collect();
-    // Batch 1 comes back sliced to its 6 non-durable rows; batch 2 whole.
-    assert_eq!(back, vec![(1, 6, 4), (2, 10, 0)]);
+    assert_eq!(rows, vec![(Some(1), 6, 4), (Some(2), 10, 0)]);
     let m = s.watermarks();
     assert_eq!(m.submitted, m.delivered + m.failed);
-    assert_eq!(m.pending(), 0);
 }
 
 #[test]
@@ -261,8 +269,10 @@ fn invariant_6_lanes_are_type_parameters() {
     // The misuses are compile_fail doctests in `zerobus_sink::lane`; this is their compiling
     // twin: a derived sink takes derived tokens and yields derived confirmations.
     let mut s = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+    let table = s.add_table(TableSpec::new("main.silver.orders")).unwrap();
     s.submit(
         t(0),
+        table,
         vec![1u8; 3],
         Token::derived(CoverageRange::new("orders", 2, 100, 103)),
     )
@@ -270,7 +280,7 @@ fn invariant_6_lanes_are_type_parameters() {
     let mut ranges: Vec<CoverageRange> = Vec::new();
     loop {
         match s.poll_output(t(0)) {
-            Output::Open { slot, conn } => s.handle(t(0), Input::Ready { slot, conn }).unwrap(),
+            Output::Open { slot, conn, .. } => s.handle(t(0), Input::Ready { slot, conn }).unwrap(),
             Output::Send(x) => s
                 .handle(
                     t(0),
@@ -291,13 +301,13 @@ fn invariant_6_lanes_are_type_parameters() {
 
 #[test]
 fn invariant_7_pool_never_opens_more_streams_than_configured() {
-    let mut s = sink(3);
+    let (mut s, table) = sink(3);
     let mut opens = Vec::new();
     for i in 0..300 {
-        s.submit(t(0), vec![0u8; 1], token(i)).unwrap();
+        s.submit(t(0), table, vec![0u8; 1], token(i)).unwrap();
         loop {
             match s.poll_output(t(0)) {
-                Output::Open { slot, conn } => {
+                Output::Open { slot, conn, .. } => {
                     opens.push(slot);
                     s.handle(t(0), Input::Ready { slot, conn }).unwrap();
                 }
@@ -306,7 +316,7 @@ fn invariant_7_pool_never_opens_more_streams_than_configured() {
             }
         }
     }
-    opens.sort();
+    // All three opened together at the first write, none after.
     assert_eq!(
         opens,
         vec![
@@ -315,9 +325,12 @@ fn invariant_7_pool_never_opens_more_streams_than_configured() {
             SlotId::from_index(2)
         ]
     );
-    // Round-robin: 100 batches per slot.
     for slot in s.slot_ids() {
-        assert_eq!(s.slot_watermarks(slot).unwrap().submitted, 100);
+        assert_eq!(
+            s.slot_watermarks(slot).unwrap().submitted,
+            100,
+            "round-robin"
+        );
     }
 }
 
@@ -328,25 +341,27 @@ fn invariant_8_memory_is_bounded_by_configuration() {
         max_bytes: 1_000,
         max_rows: 25,
     };
-    let mut s: Sink = SinkCore::new(SinkConfig {
-        window,
-        ..SinkConfig::default()
-    })
-    .unwrap();
+    let (mut s, table) = sink_with(
+        1,
+        SinkConfig {
+            window,
+            ..SinkConfig::default()
+        },
+    );
     let mut admitted = 0;
     let mut last = None;
     for i in 0..100 {
-        match s.submit(t(0), vec![0u8; 10], token(i)) {
+        match s.submit(t(0), table, vec![0u8; 10], token(i)) {
             Ok(_) => admitted += 1,
             Err(rejected) => {
                 assert_eq!(rejected.batch.len(), 10, "the batch comes back whole");
                 last = Some(rejected.reason);
             }
         }
-        let held = s.in_flight(SlotId::from_index(0)).unwrap();
+        let queued = s.queued(table).unwrap();
         assert!(
-            held.batches <= 4 && held.bytes <= 1_000 && held.rows <= 25,
-            "{held:?}"
+            queued.batches <= 4 && queued.bytes <= 1_000 && queued.rows <= 25,
+            "{queued:?}"
         );
     }
     assert_eq!(admitted, 2, "a third 10-row batch would exceed 25 rows");
@@ -357,7 +372,7 @@ fn invariant_8_memory_is_bounded_by_configuration() {
             limit: 25
         })
     );
-    let too_big = s.submit(t(0), vec![0u8; 26], token(0)).unwrap_err();
+    let too_big = s.submit(t(0), table, vec![0u8; 26], token(0)).unwrap_err();
     assert_eq!(
         too_big.reason,
         RejectReason::TooLarge {
@@ -367,13 +382,17 @@ fn invariant_8_memory_is_bounded_by_configuration() {
         }
     );
     assert_eq!(s.metrics().backpressured, 98);
+    // Once the slot takes the two, the slot window and the queue each stay in bounds.
+    drain(&mut s, t(0));
+    let held = s.in_flight(SlotId::from_index(0)).unwrap();
+    assert_eq!((held.batches, held.rows), (2, 20));
 }
 
 #[test]
 fn invariant_9_retries_never_readvance_delivered_nor_refire() {
-    let mut s = sink(1);
-    s.submit(t(0), vec![0u8; 5], token(1)).unwrap();
-    s.submit(t(0), vec![0u8; 5], token(2)).unwrap();
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 5], token(1)).unwrap();
+    s.submit(t(0), table, vec![0u8; 5], token(2)).unwrap();
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
     s.handle(
@@ -418,44 +437,71 @@ fn invariant_9_retries_never_readvance_delivered_nor_refire() {
         }
     );
     assert!(drain(&mut s, t(3)).is_empty());
-    assert_eq!(s.watermarks().delivered, 1);
+    // A rebuild replays batch 2 only; batch 1 is not re-fired.
     s.handle(
         t(4),
-        Input::Acked {
+        Input::Failed {
             slot,
             conn,
-            up_to_records: 10,
+            error: StreamError::Eof,
         },
     )
     .unwrap();
-    assert_eq!(confirmed_positions(drain(&mut s, t(4))), vec![2]);
+    drain(&mut s, t(4));
+    let out = drain(&mut s, t(2_004));
+    assert_eq!(sends(&out).iter().map(|x| x.3).collect::<Vec<_>>(), vec![1]);
+    let (_, conn, ..) = sends(&out)[0];
+    s.handle(
+        t(2_005),
+        Input::Acked {
+            slot,
+            conn,
+            up_to_records: 5,
+        },
+    )
+    .unwrap();
+    assert_eq!(confirmed_positions(drain(&mut s, t(2_005))), vec![2]);
     assert_eq!(s.watermarks().delivered, 2);
 }
 
 #[test]
 fn invariant_10_no_panic_on_any_input() {
-    let mut s = sink(2);
-    // Unknown slot, ack before any connection, ack before ready: typed, no panic.
+    let (mut s, table) = sink(2);
     let ghost = SlotId::from_index(9);
-    let conn = first_conn(&mut s);
     let err = s
         .handle(
             t(0),
             Input::Acked {
                 slot: ghost,
-                conn,
+                conn: zerobus_sink::ConnGen::FIRST,
                 up_to_records: 1,
             },
         )
         .unwrap_err();
     assert_eq!(err, ProtocolError::UnknownSlot { slot: 9, slots: 2 });
     assert_eq!(
-        s.submit(t(0), Vec::new(), token(0)).unwrap_err().reason,
+        s.submit(t(0), table, Vec::new(), token(0))
+            .unwrap_err()
+            .reason,
         RejectReason::Empty
     );
+    let nowhere = zerobus_sink::TableId::from_index(7);
+    assert_eq!(
+        s.submit(t(0), nowhere, vec![1u8], token(0))
+            .unwrap_err()
+            .reason,
+        RejectReason::UnknownTable { table: nowhere }
+    );
+    assert!(matches!(
+        s.submit(t(0), table.key(3), vec![1u8], token(0))
+            .unwrap_err()
+            .reason,
+        RejectReason::Routing { .. }
+    ));
 
-    s.submit(t(0), vec![0u8; 3], token(1)).unwrap();
-    let Output::Open { slot, conn } = s.poll_output(t(0)) else {
+    // An ack before READY: a typed error, and the connection restarts (nothing is lost).
+    s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
+    let Output::Open { slot, conn, .. } = s.poll_output(t(0)) else {
         panic!("expected an open")
     };
     let err = s
@@ -469,81 +515,19 @@ fn invariant_10_no_panic_on_any_input() {
         )
         .unwrap_err();
     assert_eq!(err, ProtocolError::AckBeforeReady { slot, conn });
-    let out = drain(&mut s, t(0));
-    assert!(
-        out.iter()
-            .any(|o| matches!(o, Output::Failed(f) if f.batches.len() == 1))
-    );
-
-    // A forward ack is terminal for the connection, and the batch comes back.
-    s.submit(t(1), vec![0u8; 3], token(2)).unwrap();
-    let out = drain(&mut s, t(1));
-    let (slot, conn, ..) = sends(&out)[0];
-    let err = s
-        .handle(
-            t(1),
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: u64::MAX,
-            },
-        )
-        .unwrap_err();
-    // Round-robin put it on slot 0, whose connection already carried `first_conn`'s 1 row.
-    assert_eq!(
-        err,
-        ProtocolError::ForwardAck {
-            slot,
-            conn,
-            acked: u64::MAX,
-            sent: 1 + 3
-        }
-    );
-    let out = drain(&mut s, t(1));
-    assert!(out.iter().any(|o| matches!(
-        o,
-        Output::Close {
-            graceful: false,
-            ..
-        }
-    )));
-    assert!(
-        out.iter()
-            .any(|o| matches!(o, Output::Failed(f) if f.offsets().len() == 1))
-    );
-    assert_eq!(s.watermarks().pending(), 0);
-    assert_eq!(s.metrics().protocol_errors, 3);
-}
-
-/// A generation that exists nowhere yet (the sink numbers from 0).
-fn first_conn(s: &mut Sink) -> zerobus_sink::ConnGen {
-    s.submit(t(0), vec![0u8; 1], token(-1)).unwrap();
-    let Output::Open { slot, conn } = s.poll_output(t(0)) else {
-        panic!("expected an open")
-    };
-    s.handle(t(0), Input::Ready { slot, conn }).unwrap();
-    let out = drain(s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(0),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 1,
-        },
-    )
-    .unwrap();
-    drain(s, t(0));
-    conn
+    assert!(failed(drain(&mut s, t(0))).is_empty());
+    assert_eq!(s.watermarks().pending(), 1);
+    assert_eq!(s.metrics().protocol_errors, 3 - 1);
 }
 
 #[test]
-fn ack_timeout_fails_the_oldest_sent_batch_and_partial_progress_does_not_extend_it() {
-    let mut s = sink(1);
-    s.submit(t(0), vec![0u8; 10], token(1)).unwrap();
+fn ack_timeout_drains_then_rebuilds_and_replays() {
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
     assert!(matches!(s.poll_output(t(0)), Output::Timeout(Some(at)) if at == t(60_000)));
+    // Partial progress does not extend the deadline (PROTOCOL.md A.3).
     s.handle(
         t(30_000),
         Input::Acked {
@@ -554,43 +538,46 @@ fn ack_timeout_fails_the_oldest_sent_batch_and_partial_progress_does_not_extend_
     )
     .unwrap();
     assert!(matches!(s.poll_output(t(30_000)), Output::Timeout(Some(at)) if at == t(60_000)));
-    let out = drain(&mut s, t(60_000));
-    let reason = out.iter().find_map(|o| match o {
-        Output::Failed(f) => Some(f.reason.clone()),
-        _ => None,
-    });
-    let Some(FailureReason::AckTimeout { offset, waited, .. }) = reason else {
-        panic!("{out:?}")
-    };
-    assert_eq!((offset.get(), waited), (0, Duration::from_secs(60)));
-    assert!(matches!(s.poll_output(t(60_000)), Output::Timeout(None)));
-}
-
-#[test]
-fn open_timeout_fails_a_connection_that_never_becomes_ready() {
-    let mut s = sink(1);
-    s.submit(t(0), vec![0u8; 1], token(1)).unwrap();
-    assert!(matches!(s.poll_output(t(0)), Output::Open { .. }));
-    assert!(matches!(s.poll_output(t(0)), Output::Timeout(Some(at)) if at == t(30_000)));
-    let out: Vec<_> = std::iter::from_fn(|| match s.poll_output(t(30_000)) {
-        Output::Timeout(_) => None,
-        o => Some(o),
-    })
-    .collect();
-    assert!(out.iter().any(
-        |o| matches!(o, Output::Failed(f) if matches!(f.reason, FailureReason::OpenTimeout { .. }))
-    ));
+    // At the deadline the stream drains for 500 ms (acks still count), then closes.
+    assert!(drain(&mut s, t(60_000)).is_empty());
+    s.handle(
+        t(60_100),
+        Input::Acked {
+            slot,
+            conn,
+            up_to_records: 7,
+        },
+    )
+    .unwrap();
+    let out = drain(&mut s, t(60_500));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Close {
+            graceful: false,
+            ..
+        }
+    )));
+    assert_eq!(s.metrics().poisoned, 1);
+    let out = drain(&mut s, t(62_500));
+    let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.4)).collect();
+    assert_eq!(
+        replay,
+        vec![(0, 3)],
+        "only the 3 rows not acked before the drain ended"
+    );
 }
 
 #[test]
 fn large_batches_are_split_into_wire_messages_without_breaking_row_accounting() {
-    let config = SinkConfig {
-        max_message_bytes: 4,
-        ..SinkConfig::default()
-    };
-    let mut s: Sink = SinkCore::new(config).unwrap();
-    s.submit(t(0), vec![0u8; 10], token(1)).unwrap();
-    s.submit(t(0), vec![0u8; 3], token(2)).unwrap();
+    let (mut s, table) = sink_with(
+        1,
+        SinkConfig {
+            max_message_bytes: 4,
+            ..SinkConfig::default()
+        },
+    );
+    s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
+    s.submit(t(0), table, vec![0u8; 3], token(2)).unwrap();
     let out = drain(&mut s, t(0));
     let sent = sends(&out);
     // 10 rows of 1 byte at 4 bytes a message: 3 messages of 4, 4, 2 rows; then one of 3.
@@ -621,14 +608,19 @@ fn large_batches_are_split_into_wire_messages_without_breaking_row_accounting() 
 
 #[test]
 fn close_drains_to_durable_then_closes_gracefully_and_hands_back_the_rest_at_the_deadline() {
-    let mut s = sink(2);
-    s.submit(t(0), vec![0u8; 2], token(1)).unwrap();
-    s.submit(t(0), vec![0u8; 2], token(2)).unwrap();
-    let out = drain(&mut s, t(0));
+    let (mut s, table) = sink(2);
+    // Two turns, so that both slots are READY and round-robin gives each one batch.
+    s.submit(t(0), table, vec![0u8; 2], token(1)).unwrap();
+    let mut out = drain(&mut s, t(0));
+    s.submit(t(0), table, vec![0u8; 2], token(2)).unwrap();
+    out.extend(drain(&mut s, t(0)));
     let sent = sends(&out);
+    assert_ne!(sent[0].0, sent[1].0);
     s.close(t(1), t(1_000));
     assert_eq!(
-        s.submit(t(1), vec![0u8; 1], token(3)).unwrap_err().reason,
+        s.submit(t(1), table, vec![0u8; 1], token(3))
+            .unwrap_err()
+            .reason,
         RejectReason::Closed
     );
     let (slot0, conn0, ..) = sent[0];
@@ -647,9 +639,14 @@ fn close_drains_to_durable_then_closes_gracefully_and_hands_back_the_rest_at_the
             .any(|o| matches!(o, Output::Close { slot, graceful: true, .. } if *slot == slot0))
     );
     assert!(!s.is_closed());
-    let out = drain(&mut s, t(1_000));
-    assert!(out.iter().any(|o| matches!(o, Output::Failed(f) if matches!(f.reason, FailureReason::CloseDeadline { .. }))));
+    let back = failed(drain(&mut s, t(1_000)));
+    assert!(matches!(back[0].reason, FailureReason::CloseDeadline { table: t } if t == table));
+    assert_eq!(
+        back[0].offsets(),
+        vec![Some(zerobus_sink::LogicalOffset::ZERO)]
+    );
     assert!(s.is_closed());
     let m = s.watermarks();
     assert_eq!((m.delivered, m.failed), (1, 1));
+    let _ = PoolSizing::default();
 }

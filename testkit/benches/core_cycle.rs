@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-use zerobus_sink::{Input, Output, Raw, SinkConfig, SinkCore, Time, Token, WindowLimits};
+use zerobus_sink::{
+    Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token, WindowLimits,
+};
 
 fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
     let window = WindowLimits {
@@ -21,6 +23,9 @@ fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
         ..SinkConfig::default()
     })
     .expect("config");
+    let table = sink
+        .add_table(TableSpec::new("main.bench.orders").sizing(PoolSizing::fixed(1)))
+        .expect("table");
     let now = Time::ZERO;
     let mut target = None;
     let mut rows_sent = 0;
@@ -29,12 +34,12 @@ fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
     while done < total {
         for i in 0..per_ack {
             let token = Token::raw("bench", 0, i64::try_from(done + i).unwrap_or(0));
-            sink.submit(now, batch.clone(), token)
+            sink.submit(now, table, batch.clone(), token)
                 .expect("window has room");
         }
         loop {
             match sink.poll_output(now) {
-                Output::Open { slot, conn } => sink
+                Output::Open { slot, conn, .. } => sink
                     .handle(now, Input::Ready { slot, conn })
                     .expect("ready"),
                 Output::Send(t) => {

@@ -35,7 +35,10 @@ fn main() {
             c.batches = 10_000;
             c.ack_latency = Latency::DOCUMENTED;
             c.faults.partial_ack = 0.0;
-            c.sink.slots = slots;
+            c.tables = vec![zerobus_sink_testkit::SimTable {
+                slots,
+                keyed: false,
+            }];
             c.sink.window = WindowLimits {
                 max_batches,
                 max_bytes: 256 << 20,

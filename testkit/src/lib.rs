@@ -24,4 +24,4 @@ pub use batch::SimBatch;
 pub use ops::{Harness, Op};
 pub use oracle::{Oracle, Tally, Violation};
 pub use rng::Rng;
-pub use sim::{Faults, Latency, SimConfig, SimFailure, SimReport, simulate};
+pub use sim::{Faults, Latency, SimConfig, SimFailure, SimReport, SimTable, simulate};

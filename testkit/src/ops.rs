@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen};
 use zerobus_sink::{
-    Bound, ConnGen, Input, Output, Raw, RejectReason, SinkConfig, SinkCore, SlotId, StreamError,
-    Time, Token, WindowLimits,
+    Bound, Code, ConnGen, Input, Output, PoolSizing, Raw, RejectReason, RetryPolicy, SchemaCause,
+    SinkConfig, SinkCore, SlotId, StreamError, TableId, TableSpec, Time, Token, WindowLimits,
 };
 
 use crate::batch::SimBatch;
@@ -17,14 +17,21 @@ use crate::oracle::{Oracle, Tally, Violation};
 /// One step of a schedule: a submit, something a connection does, or time passing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Submit a batch of `rows` rows (0 is rejected as empty).
+    /// Submit a batch of `rows` rows to the order-agnostic table (0 is rejected as empty).
     Submit {
+        /// Rows in the batch.
+        rows: u8,
+    },
+    /// Submit a batch of `rows` rows to the keyed table, with ordering key `key`.
+    SubmitKeyed {
+        /// The key's hash.
+        key: u8,
         /// Rows in the batch.
         rows: u8,
     },
     /// The slot's opening connection reports READY.
     Ready {
-        /// Slot index (taken modulo a few more than the pool has, to reach unknown slots).
+        /// Slot index (taken modulo one more than the sink has, to reach an unknown slot).
         slot: u8,
     },
     /// The service makes `rows` more of what it received on the slot's live connection durable
@@ -49,15 +56,24 @@ pub enum Op {
         /// The cumulative count claimed.
         up_to: u16,
     },
-    /// The slot's connection fails.
+    /// The slot's connection fails with error `kind` (see [`Op::error`]).
     Fail {
         /// Slot index.
         slot: u8,
+        /// Which error.
+        kind: u8,
     },
     /// The service ends the slot's call with OK.
     ServerClose {
         /// Slot index.
         slot: u8,
+    },
+    /// The service asks the slot's stream to rotate within `grace_ms`.
+    Rotate {
+        /// Slot index.
+        slot: u8,
+        /// The grace period in milliseconds.
+        grace_ms: u16,
     },
     /// Time passes.
     Tick {
@@ -71,6 +87,8 @@ pub enum Op {
     },
 }
 
+const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
+
 impl Op {
     /// Decodes a byte string into operations (the fuzz target's input format): a tag byte then
     /// the operation's fields, little-endian; a truncated tail is dropped.
@@ -78,30 +96,41 @@ impl Op {
     pub fn decode_all(mut data: &[u8]) -> Vec<Op> {
         let mut ops = Vec::new();
         while let Some((&tag, rest)) = data.split_first() {
-            let need = [1, 1, 3, 5, 3, 1, 1, 4, 2][usize::from(tag % 9)];
-            let Some((f, rest)) = rest.split_at_checked(need) else {
+            let kind = usize::from(tag) % FIELD_BYTES.len();
+            let Some((f, rest)) = rest.split_at_checked(FIELD_BYTES[kind]) else {
                 break;
             };
             let u16_at = |i: usize| u16::from_le_bytes([f[i], f[i + 1]]);
             let u32_at = |i: usize| u32::from_le_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]]);
-            ops.push(match tag % 9 {
+            ops.push(match kind {
                 0 => Op::Submit { rows: f[0] },
-                1 => Op::Ready { slot: f[0] },
-                2 => Op::Ack {
+                1 => Op::SubmitKeyed {
+                    key: f[0],
+                    rows: f[1],
+                },
+                2 => Op::Ready { slot: f[0] },
+                3 => Op::Ack {
                     slot: f[0],
                     rows: u16_at(1),
                 },
-                3 => Op::RawAck {
+                4 => Op::RawAck {
                     slot: f[0],
                     up_to: u32_at(1),
                 },
-                4 => Op::StaleAck {
+                5 => Op::StaleAck {
                     slot: f[0],
                     up_to: u16_at(1),
                 },
-                5 => Op::Fail { slot: f[0] },
-                6 => Op::ServerClose { slot: f[0] },
-                7 => Op::Tick { ms: u32_at(0) },
+                6 => Op::Fail {
+                    slot: f[0],
+                    kind: f[1],
+                },
+                7 => Op::ServerClose { slot: f[0] },
+                8 => Op::Rotate {
+                    slot: f[0],
+                    grace_ms: u16_at(1),
+                },
+                9 => Op::Tick { ms: u32_at(0) },
                 _ => Op::Close {
                     grace_ms: u16_at(0),
                 },
@@ -110,32 +139,101 @@ impl Op {
         }
         ops
     }
+
+    /// Encodes operations in the format [`decode_all`](Self::decode_all) reads, so a schedule
+    /// can be turned into a fuzz seed and a fuzz finding printed as operations.
+    #[must_use]
+    pub fn encode_all(ops: &[Op]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for op in ops {
+            match *op {
+                Op::Submit { rows } => out.extend([0, rows]),
+                Op::SubmitKeyed { key, rows } => out.extend([1, key, rows]),
+                Op::Ready { slot } => out.extend([2, slot]),
+                Op::Ack { slot, rows } => {
+                    out.extend([[3, slot].as_slice(), &rows.to_le_bytes()].concat())
+                }
+                Op::RawAck { slot, up_to } => {
+                    out.extend([[4, slot].as_slice(), &up_to.to_le_bytes()].concat())
+                }
+                Op::StaleAck { slot, up_to } => {
+                    out.extend([[5, slot].as_slice(), &up_to.to_le_bytes()].concat())
+                }
+                Op::Fail { slot, kind } => out.extend([6, slot, kind]),
+                Op::ServerClose { slot } => out.extend([7, slot]),
+                Op::Rotate { slot, grace_ms } => {
+                    out.extend([[8, slot].as_slice(), &grace_ms.to_le_bytes()].concat())
+                }
+                Op::Tick { ms } => out.extend([[9].as_slice(), &ms.to_le_bytes()].concat()),
+                Op::Close { grace_ms } => {
+                    out.extend([[10].as_slice(), &grace_ms.to_le_bytes()].concat())
+                }
+            }
+        }
+        out
+    }
+
+    /// The error a [`Op::Fail`] of `kind` reports: one of each class the core tells apart.
+    #[must_use]
+    pub fn error(kind: u8) -> StreamError {
+        let status = |code| StreamError::Status {
+            code,
+            message: format!("{code:?} (harness)"),
+        };
+        match kind % 8 {
+            0 => StreamError::Eof,
+            1 => status(Code::Unavailable),
+            2 => status(Code::ResourceExhausted),
+            3 => status(Code::Unauthenticated),
+            4 => StreamError::Transport {
+                message: "reset (harness)".into(),
+            },
+            5 => status(Code::Internal),
+            6 => status(Code::NotFound),
+            _ => StreamError::SchemaRejected {
+                causes: vec![SchemaCause::FieldNotInTable],
+                error_code: None,
+                message: "harness".into(),
+            },
+        }
+    }
 }
 
 impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Op {
-        let slot = u8::arbitrary(g) % 4;
-        // Weighted towards the happy path so that schedules make progress.
-        match u8::arbitrary(g) % 20 {
-            0..=5 => Op::Submit {
+        let slot = u8::arbitrary(g) % 6;
+        // Weighted towards the happy path so that schedules make progress; fatal errors rare.
+        match u8::arbitrary(g) % 32 {
+            0..=6 => Op::Submit {
                 rows: u8::arbitrary(g) % 40,
             },
-            6 | 7 => Op::Ready { slot },
-            8..=12 => Op::Ack {
+            7 | 8 => Op::SubmitKeyed {
+                key: u8::arbitrary(g) % 5,
+                rows: u8::arbitrary(g) % 40,
+            },
+            9..=11 => Op::Ready { slot },
+            12..=18 => Op::Ack {
                 slot,
                 rows: u16::arbitrary(g) % 120,
             },
-            13 => Op::RawAck {
+            19 => Op::RawAck {
                 slot,
                 up_to: u32::arbitrary(g) % 400,
             },
-            14 => Op::StaleAck {
+            20 => Op::StaleAck {
                 slot,
                 up_to: u16::arbitrary(g) % 400,
             },
-            15 => Op::Fail { slot },
-            16 => Op::ServerClose { slot },
-            17 | 18 => Op::Tick {
+            21 | 22 => Op::Fail {
+                slot,
+                kind: u8::arbitrary(g) % if bool::arbitrary(g) { 6 } else { 8 },
+            },
+            23 => Op::ServerClose { slot },
+            24 => Op::Rotate {
+                slot,
+                grace_ms: u16::arbitrary(g) % 5_000,
+            },
+            25..=29 => Op::Tick {
                 ms: u32::arbitrary(g) % 90_000,
             },
             _ => Op::Close {
@@ -154,12 +252,15 @@ struct SlotModel {
     old: Vec<ConnGen>,
 }
 
-/// Applies [`Op`]s to a small core (3 slots, tight windows, so backpressure and timeouts are
-/// reached) and checks the [`Oracle`] after every one.
+/// Applies [`Op`]s to a small core and checks the [`Oracle`] after every one: an
+/// order-agnostic table of 3 slots and a keyed table of 2, under a cap of 4 streams (so one
+/// table is evicted when the other needs its pool), with tight windows so that backpressure,
+/// timeouts and retry budgets are reached.
 #[derive(Debug)]
 pub struct Harness {
     sink: SinkCore<Raw, SimBatch>,
     oracle: Oracle,
+    tables: [TableId; 2],
     slots: Vec<SlotModel>,
     now: Time,
     next_id: u64,
@@ -177,28 +278,46 @@ impl Harness {
     #[must_use]
     pub fn config() -> SinkConfig {
         SinkConfig {
-            slots: 3,
             window: WindowLimits {
                 max_batches: 8,
                 max_bytes: 2_000,
                 max_rows: 100,
             },
+            max_open_streams: 4,
+            min_residency: Duration::from_secs(10),
             max_message_bytes: 64,
             ack_timeout: Duration::from_secs(60),
             open_timeout: Duration::from_secs(30),
+            retry: RetryPolicy {
+                max_attempts: 3,
+                ..RetryPolicy::default()
+            },
         }
     }
 
     /// A harness over a core built with `config`.
     ///
     /// # Panics
-    /// If `config` is invalid (a bug in the caller's test).
+    /// If `config` is invalid or below 3 streams (a bug in the caller's test).
     #[must_use]
     pub fn new(config: SinkConfig) -> Harness {
+        let mut sink = SinkCore::new(config).expect("harness configuration is valid");
+        let plain = sink
+            .add_table(TableSpec::new("main.sim.plain").sizing(PoolSizing::fixed(3)))
+            .expect("table");
+        let keyed = sink
+            .add_table(
+                TableSpec::new("main.sim.keyed")
+                    .sizing(PoolSizing::fixed(2))
+                    .keyed(),
+            )
+            .expect("table");
+        let slots = sink.slot_ids().map(|_| SlotModel::default()).collect();
         Harness {
-            sink: SinkCore::new(config).expect("harness configuration is valid"),
+            sink,
             oracle: Oracle::new(config),
-            slots: (0..config.slots).map(|_| SlotModel::default()).collect(),
+            tables: [plain, keyed],
+            slots,
             now: Time::ZERO,
             next_id: 0,
             closing: false,
@@ -215,14 +334,20 @@ impl Harness {
     }
 
     fn slot(&self, slot: u8) -> SlotId {
-        // One past the pool reaches an unknown slot now and then.
-        SlotId::from_index(u16::from(slot) % (self.sink.config().slots + 1))
+        // One past the sink's slots reaches an unknown slot now and then.
+        let n = u16::try_from(self.slots.len()).unwrap_or(u16::MAX);
+        SlotId::from_index(u16::from(slot) % (n + 1))
     }
 
     /// Applies one operation, drains the core and checks the oracle.
     pub fn apply(&mut self, op: &Op) -> Result<(), Violation> {
         match *op {
-            Op::Submit { rows } => self.submit(u64::from(rows))?,
+            Op::Submit { rows } => self.submit(self.tables[0].into(), None, u64::from(rows))?,
+            Op::SubmitKeyed { key, rows } => self.submit(
+                self.tables[1].key(u64::from(key)),
+                Some(key),
+                u64::from(rows),
+            )?,
             Op::Ready { slot } => {
                 let slot = self.slot(slot);
                 if let Some(conn) = self.model(slot).and_then(|m| m.opening) {
@@ -231,9 +356,10 @@ impl Harness {
             }
             Op::Ack { slot, rows } => {
                 let slot = self.slot(slot);
-                if let Some(m) = self.model(slot).filter(|m| m.live.is_some()) {
-                    let up_to = (m.acked + u64::from(rows)).min(m.received);
-                    let conn = m.live.unwrap_or(ConnGen::FIRST);
+                if let Some((conn, up_to)) = self
+                    .model(slot)
+                    .and_then(|m| Some((m.live?, (m.acked + u64::from(rows)).min(m.received))))
+                {
                     self.ack(slot, conn, up_to);
                 }
             }
@@ -251,20 +377,36 @@ impl Harness {
                     self.ack(slot, conn, u64::from(up_to));
                 }
             }
-            Op::Fail { slot } => {
+            Op::Fail { slot, kind } => {
                 let slot = self.slot(slot);
-                if let Some(conn) = self.model(slot).and_then(|m| m.live.or(m.opening)) {
+                if let Some(conn) = self
+                    .model(slot)
+                    .and_then(|m| m.live.or(m.opening).or(m.old.last().copied()))
+                {
                     self.input(Input::Failed {
                         slot,
                         conn,
-                        error: StreamError::Eof,
+                        error: Op::error(kind),
                     });
                 }
             }
             Op::ServerClose { slot } => {
                 let slot = self.slot(slot);
-                if let Some(conn) = self.model(slot).and_then(|m| m.live.or(m.opening)) {
+                if let Some(conn) = self
+                    .model(slot)
+                    .and_then(|m| m.live.or(m.opening).or(m.old.last().copied()))
+                {
                     self.input(Input::Closed { slot, conn });
+                }
+            }
+            Op::Rotate { slot, grace_ms } => {
+                let slot = self.slot(slot);
+                if let Some(conn) = self.model(slot).and_then(|m| m.live) {
+                    self.input(Input::Rotate {
+                        slot,
+                        conn,
+                        grace: Duration::from_millis(u64::from(grace_ms)),
+                    });
                 }
             }
             Op::Tick { ms } => self.now = self.now + Duration::from_millis(u64::from(ms)),
@@ -283,34 +425,47 @@ impl Harness {
         self.slots.get(slot.index())
     }
 
-    fn submit(&mut self, rows: u64) -> Result<(), Violation> {
+    fn submit(
+        &mut self,
+        route: zerobus_sink::Route,
+        key: Option<u8>,
+        rows: u64,
+    ) -> Result<(), Violation> {
         let id = self.next_id;
         self.next_id += 1;
+        let table = route.table();
         let token = Token::raw("sim", 0, i64::try_from(id).unwrap_or(i64::MAX));
         match self
             .sink
-            .submit(self.now, SimBatch::new(id, rows, 8), token)
+            .submit(self.now, route, SimBatch::new(id, rows, 8), token)
         {
-            Ok(admitted) => self
-                .oracle
-                .admitted(id, rows, admitted.slot, admitted.offset),
+            Ok(_) => self.oracle.admitted(id, rows, table),
             Err(rejected) => {
-                let config = *self.sink.config();
-                let w = config.window;
-                let every_slot_full = self.sink.slot_ids().all(|s| {
-                    let held = self.sink.in_flight(s).unwrap_or_default();
-                    held.batches >= u64::from(w.max_batches)
-                        || held.bytes + rows * 8 > w.max_bytes
-                        || held.rows + rows > w.max_rows
-                });
+                let w = self.sink.config().window;
+                let held = match key {
+                    Some(key) => {
+                        let slots: Vec<SlotId> = self.sink.table_slots(table).collect();
+                        let slot = slots[usize::from(key) % slots.len()];
+                        (self.sink.in_flight(slot).unwrap_or_default(), 1)
+                    }
+                    None => (
+                        self.sink.queued(table).unwrap_or_default(),
+                        self.sink.table_slots(table).count() as u64,
+                    ),
+                };
+                let (h, n) = held;
+                let full = h.batches >= u64::from(w.max_batches) * n
+                    || h.bytes + rows * 8 > w.max_bytes * n
+                    || h.rows + rows > w.max_rows * n;
                 let expected = match rejected.reason {
                     RejectReason::Empty => rows == 0,
                     RejectReason::Closed => self.closing,
+                    RejectReason::TableFailed { .. } => self.sink.table_failed(table),
                     RejectReason::TooLarge {
                         bound: Bound::Rows, ..
                     } => rows > w.max_rows,
                     RejectReason::TooLarge { .. } => rows * 8 > w.max_bytes,
-                    RejectReason::Full { .. } => every_slot_full,
+                    RejectReason::Full { .. } => full,
                     _ => false,
                 };
                 if expected {
@@ -367,11 +522,12 @@ impl Harness {
     }
 
     fn drain(&mut self) -> Result<(), Violation> {
+        self.oracle.set_now(self.now);
         loop {
             let out = self.sink.poll_output(self.now);
             match &out {
                 Output::Timeout(_) => break,
-                Output::Open { slot, conn } => {
+                Output::Open { slot, conn, .. } => {
                     if let Some(m) = self.slots.get_mut(slot.index()) {
                         m.opening = Some(*conn);
                     }

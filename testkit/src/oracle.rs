@@ -1,19 +1,21 @@
 //! The oracle: an independent model of what the core may and may not do, checked after every
 //! step by the simulator, the quickcheck properties and the fuzz target.
 //!
-//! It watches admissions, every output and every ack the core is given, and tracks per admitted
-//! batch how many of its rows a live connection's ack has made durable. From that alone it
-//! decides whether each confirmation was earned (invariant 2), whether one ack confirmed every
-//! covered batch in order (3), whether anything went to a stale connection (4), whether every
-//! batch ends exactly once (5, 9), whether a slot ever has two connections (7) and whether the
-//! windows stay in their bounds (8).
+//! It watches admissions, every output and every ack the core accepts, and tracks per admitted
+//! batch how many of its rows (a prefix) an ack on a live or half-closed connection made
+//! durable. From that alone it decides whether each confirmation was earned (invariant 2),
+//! whether one ack confirmed every covered batch in order (3), whether anything went to a stale
+//! connection (4), whether every batch ends exactly once, with only its non-durable rows handed
+//! back (5, 9), whether a slot ever has two connections, the sink more streams than its cap, or
+//! a slot reopens sooner than the minimum backoff after a failure (7), and whether the windows
+//! stay in their bounds (8).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use zerobus_sink::{
-    Batch, ConnGen, Failed, LogicalOffset, Output, Raw, SinkConfig, SinkCore, SlotId, Transmit,
-    Watermarks,
+    Batch, ConnGen, Failed, LogicalOffset, Output, Raw, SinkConfig, SinkCore, SlotId, TableId,
+    Time, Transmit, Watermarks,
 };
 
 use crate::batch::SimBatch;
@@ -51,8 +53,9 @@ enum End {
 #[derive(Debug)]
 struct Record {
     rows: u64,
-    slot: SlotId,
-    offset: LogicalOffset,
+    table: TableId,
+    /// Where the core put it, learnt from its first send.
+    placed: Option<(SlotId, LogicalOffset)>,
     /// Rows (a prefix) that an ack on a live connection made durable.
     durable: u64,
     end: Option<End>,
@@ -83,10 +86,17 @@ pub struct Tally {
 #[derive(Debug)]
 pub struct Oracle {
     config: SinkConfig,
+    now: Time,
     records: BTreeMap<u64, Record>,
     live: BTreeMap<SlotId, ConnGen>,
+    /// Connections half-closed gracefully: late acks on them still count, until the slot opens
+    /// again.
+    half_closed: BTreeMap<SlotId, ConnGen>,
     conns: BTreeMap<ConnGen, ConnLog>,
     last_confirmed: BTreeMap<SlotId, LogicalOffset>,
+    /// When each slot's connection last failed (closed not gracefully).
+    failed_at: BTreeMap<SlotId, Time>,
+    seen_conns: BTreeSet<ConnGen>,
     marks: Watermarks,
     tally: Tally,
 }
@@ -97,10 +107,14 @@ impl Oracle {
     pub fn new(config: SinkConfig) -> Oracle {
         Oracle {
             config,
+            now: Time::ZERO,
             records: BTreeMap::new(),
             live: BTreeMap::new(),
+            half_closed: BTreeMap::new(),
             conns: BTreeMap::new(),
             last_confirmed: BTreeMap::new(),
+            failed_at: BTreeMap::new(),
+            seen_conns: BTreeSet::new(),
             marks: Watermarks::default(),
             tally: Tally::default(),
         }
@@ -112,18 +126,17 @@ impl Oracle {
         self.tally
     }
 
-    /// Batch `id` of `rows` rows was admitted at `slot`/`offset`.
-    pub fn admitted(
-        &mut self,
-        id: u64,
-        rows: u64,
-        slot: SlotId,
-        offset: LogicalOffset,
-    ) -> Result<(), Violation> {
+    /// The time of the outputs that follow.
+    pub fn set_now(&mut self, now: Time) {
+        self.now = now;
+    }
+
+    /// Batch `id` of `rows` rows was admitted for `table`.
+    pub fn admitted(&mut self, id: u64, rows: u64, table: TableId) -> Result<(), Violation> {
         let record = Record {
             rows,
-            slot,
-            offset,
+            table,
+            placed: None,
             durable: 0,
             end: None,
         };
@@ -134,9 +147,13 @@ impl Oracle {
         Ok(())
     }
 
+    fn counts_acks(&self, slot: SlotId, conn: ConnGen) -> bool {
+        self.live.get(&slot) == Some(&conn) || self.half_closed.get(&slot) == Some(&conn)
+    }
+
     /// The core accepted an ack of `up_to` cumulative rows on `slot`/`conn` without error.
     pub fn acked(&mut self, slot: SlotId, conn: ConnGen, up_to: u64) {
-        if self.live.get(&slot) != Some(&conn) {
+        if !self.counts_acks(slot, conn) {
             return; // stale: the core must ignore it, so it makes nothing durable for the oracle
         }
         let Some(log) = self.conns.get_mut(&conn) else {
@@ -159,37 +176,38 @@ impl Oracle {
         }
     }
 
-    /// Checks one output and, for confirmations, consumes it; returns the confirmed batch ids.
+    /// Checks one output and, for confirmations, consumes it; returns the ids of the batches it
+    /// ended (confirmed or handed back).
     pub fn output(&mut self, output: Output<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
         match output {
-            Output::Open { slot, conn } => {
-                if let Some(old) = self.live.insert(slot, conn) {
-                    return Err(violation(
-                        7,
-                        format!("{slot} opened {conn} while {old} was live"),
-                    ));
-                }
-                if slot.index() >= usize::from(self.config.slots) {
-                    return Err(violation(
-                        7,
-                        format!("{slot} opened beyond the {} configured", self.config.slots),
-                    ));
-                }
-                self.conns.insert(conn, ConnLog::default());
-            }
+            Output::Open { slot, conn, .. } => self.open(slot, conn)?,
             Output::Send(t) => self.send(&t)?,
-            Output::Close { slot, conn, .. } => {
-                if self.live.get(&slot) != Some(&conn) {
+            Output::Close {
+                slot,
+                conn,
+                graceful,
+            } => {
+                // A half-closed connection may still be dropped (e.g. at the close deadline).
+                let aborts_half_closed = !graceful && self.half_closed.get(&slot) == Some(&conn);
+                if self.live.get(&slot) != Some(&conn) && !aborts_half_closed {
                     return Err(violation(
                         4,
                         format!("{slot} closed {conn}, which is not its live connection"),
                     ));
                 }
                 self.live.remove(&slot);
+                if aborts_half_closed {
+                    self.half_closed.remove(&slot);
+                }
+                if graceful {
+                    self.half_closed.insert(slot, conn);
+                } else {
+                    self.failed_at.insert(slot, self.now);
+                }
             }
             Output::Confirmed(burst) => {
                 let slot = burst.slot();
-                if self.live.get(&slot) != Some(&burst.conn()) {
+                if !self.counts_acks(slot, burst.conn()) {
                     return Err(violation(
                         4,
                         format!("{slot} confirmed on stale {}", burst.conn()),
@@ -205,11 +223,46 @@ impl Oracle {
                 }
                 return Ok(ids);
             }
-            Output::Failed(failed) => self.failed(&failed)?,
-            Output::Timeout(_) => {}
+            Output::Failed(failed) => return self.failed(&failed),
+            Output::InvalidateCredentials { .. } | Output::Timeout(_) => {}
             _ => return Err(violation(10, "an output kind the oracle does not know")),
         }
         Ok(Vec::new())
+    }
+
+    fn open(&mut self, slot: SlotId, conn: ConnGen) -> Result<(), Violation> {
+        if let Some(old) = self.live.insert(slot, conn) {
+            return Err(violation(
+                7,
+                format!("{slot} opened {conn} while {old} was live"),
+            ));
+        }
+        if !self.seen_conns.insert(conn) {
+            return Err(violation(4, format!("{conn} opened twice")));
+        }
+        let open = self.live.len();
+        if open > usize::from(self.config.max_open_streams) {
+            return Err(violation(
+                7,
+                format!("{open} streams open, cap {}", self.config.max_open_streams),
+            ));
+        }
+        let r = &self.config.retry;
+        let min_backoff = r.initial_backoff.mul_f64(1.0 - r.jitter);
+        if let Some(&failed) = self.failed_at.get(&slot)
+            && self.now < failed + min_backoff
+        {
+            return Err(violation(
+                7,
+                format!(
+                    "{slot} reopened {:?} after a failure, before the minimum backoff {min_backoff:?}",
+                    self.now - failed
+                ),
+            ));
+        }
+        self.half_closed.remove(&slot);
+        self.conns.insert(conn, ConnLog::default());
+        Ok(())
     }
 
     fn send(&mut self, t: &Transmit<SimBatch>) -> Result<(), Violation> {
@@ -221,14 +274,33 @@ impl Oracle {
         }
         let record = self
             .records
-            .get(&t.batch.id)
+            .get_mut(&t.batch.id)
             .ok_or_else(|| violation(5, "send of an unknown batch"))?;
-        if record.end.is_some() || record.slot != t.slot || record.offset != t.offset {
+        if record.end.is_some() {
             return Err(violation(
                 5,
+                format!("send of batch {} which already ended", t.batch.id),
+            ));
+        }
+        match record.placed {
+            None => record.placed = Some((t.slot, t.offset)),
+            Some(placed) if placed != (t.slot, t.offset) => {
+                return Err(violation(
+                    5,
+                    format!(
+                        "batch {} sent as {} {}, first as {placed:?}",
+                        t.batch.id, t.slot, t.offset
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        if t.batch.start < record.durable {
+            return Err(violation(
+                9,
                 format!(
-                    "send of batch {} which ended or belongs elsewhere",
-                    t.batch.id
+                    "batch {} resent from row {} though {} rows are durable",
+                    t.batch.id, t.batch.start, record.durable
                 ),
             ));
         }
@@ -278,12 +350,12 @@ impl Oracle {
                 ),
             ));
         }
-        if r.slot != slot || r.offset != offset {
+        if r.placed != Some((slot, offset)) {
             return Err(violation(
                 2,
                 format!(
-                    "batch {id} confirmed as {slot} {offset}, admitted as {} {}",
-                    r.slot, r.offset
+                    "batch {id} confirmed as {slot} {offset}, sent as {:?}",
+                    r.placed
                 ),
             ));
         }
@@ -300,7 +372,8 @@ impl Oracle {
         Ok(())
     }
 
-    fn failed(&mut self, failed: &Failed<Raw, SimBatch>) -> Result<(), Violation> {
+    fn failed(&mut self, failed: &Failed<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
+        let mut ids = Vec::with_capacity(failed.batches.len());
         for b in &failed.batches {
             let id = u64::try_from(b.token.position().offset).unwrap_or(u64::MAX);
             let r = self
@@ -311,6 +384,12 @@ impl Oracle {
                 return Err(violation(
                     5,
                     format!("batch {id} handed back after it ended ({:?})", r.end),
+                ));
+            }
+            if r.table != failed.table {
+                return Err(violation(
+                    5,
+                    format!("batch {id} of {} handed back as {}", r.table, failed.table),
                 ));
             }
             if b.batch.id != id
@@ -336,8 +415,9 @@ impl Oracle {
             }
             r.end = Some(End::Failed);
             self.tally.failed += 1;
+            ids.push(id);
         }
-        Ok(())
+        Ok(ids)
     }
 
     /// Checks the sink's state after a full drain.
@@ -369,6 +449,16 @@ impl Oracle {
             ));
         }
         self.marks = m;
+        if sink.open_streams() > usize::from(self.config.max_open_streams) {
+            return Err(violation(
+                7,
+                format!(
+                    "{} streams held, cap {}",
+                    sink.open_streams(),
+                    self.config.max_open_streams
+                ),
+            ));
+        }
         let limits = self.config.window;
         for slot in sink.slot_ids() {
             let held = sink.in_flight(slot).unwrap_or_default();
@@ -382,6 +472,19 @@ impl Oracle {
                 ));
             }
         }
+        for table in sink.table_ids() {
+            let n = sink.table_slots(table).count() as u64;
+            let q = sink.queued(table).unwrap_or_default();
+            if q.batches > u64::from(limits.max_batches) * n
+                || q.bytes > limits.max_bytes * n
+                || q.rows > limits.max_rows * n
+            {
+                return Err(violation(
+                    8,
+                    format!("{table} queues {q:?} beyond {n} x {limits:?}"),
+                ));
+            }
+        }
         if let Some((id, r)) = self
             .records
             .iter()
@@ -389,10 +492,7 @@ impl Oracle {
         {
             return Err(violation(
                 3,
-                format!(
-                    "batch {id} ({} {}) is durable but not confirmed",
-                    r.slot, r.offset
-                ),
+                format!("batch {id} ({:?}) is durable but not confirmed", r.placed),
             ));
         }
         Ok(())
@@ -406,7 +506,7 @@ impl Oracle {
         if let Some((id, r)) = self.records.iter().find(|(_, r)| r.end.is_none()) {
             return Err(violation(
                 5,
-                format!("batch {id} ({} {}) never ended", r.slot, r.offset),
+                format!("batch {id} ({} {:?}) never ended", r.table, r.placed),
             ));
         }
         Ok(self.tally)

@@ -2,20 +2,24 @@
 //! per connection, a source that respects backpressure, and the [`Oracle`] checked after every
 //! step. A failing run prints its seed, its step and a one-line command that replays it.
 //!
-//! The service model: each wire message crosses a link of finite bandwidth, then becomes durable
-//! after a latency drawn from a log-normal distribution (P50 200 ms, P95 500 ms by default, as
-//! the service documents), in write-ahead-log order and at group-commit ticks. At each tick the
-//! server acks the cumulative rows durable so far (so acks coalesce); sometimes only part of
-//! them (a partial ack). Faults drop connections and send forward acks; acks of dropped
-//! connections still arrive (they are stale and must be ignored).
+//! The service model: each wire message crosses a link of finite bandwidth, lands in a
+//! write-ahead log at a group-commit tick, and the sync becomes durable after a latency drawn
+//! from a log-normal distribution (P50 200 ms, P95 500 ms by default, as the service documents;
+//! now and then a slow sync ten times longer). The server acks the cumulative rows durable so
+//! far (so acks coalesce), sometimes only part of them. Faults, each drawn from the seed: a
+//! live stream breaks (poison), an open fails (transient), the server refuses streams beyond a
+//! per-table limit (concurrency reject), asks for a rotation, stops acking a stream (ack
+//! timeout), acks more than was sent (forward ack), refuses the credentials (auth rejection).
+//! Acks of dropped connections still arrive (stale; they must be ignored). Several tables share
+//! a global stream cap, so the least recently used one is evicted and reopened.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
 use zerobus_sink::{
-    ConnGen, Input, Metrics, Output, Raw, RejectReason, SinkConfig, SinkCore, SlotId, StreamError,
-    Time, Token,
+    Code, ConnGen, Input, Metrics, Output, PoolSizing, Raw, RejectReason, SinkConfig, SinkCore,
+    SlotId, StreamError, TableId, TableSpec, Time, Token,
 };
 
 use crate::batch::SimBatch;
@@ -45,15 +49,36 @@ impl Latency {
     }
 }
 
-/// Fault probabilities, each drawn per server ack.
+/// Fault probabilities: per server ack unless said otherwise.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Faults {
     /// The server acks only part of what is durable (a partial ack), the rest shortly after.
     pub partial_ack: f64,
-    /// The connection drops instead of acking.
-    pub drop_connection: f64,
+    /// The live stream breaks with `UNAVAILABLE` instead of acking (poison).
+    pub poison: f64,
     /// The server acks more rows than were sent (a protocol violation; terminal).
     pub forward_ack: f64,
+    /// The server asks the stream to rotate.
+    pub rotation: f64,
+    /// Per open: the open fails with `UNAVAILABLE` (transient).
+    pub open_failure: f64,
+    /// Per open: the credentials are refused (`UNAUTHENTICATED`).
+    pub auth_rejection: f64,
+    /// Per open: the stream never acks anything (the ack timeout must catch it).
+    pub stall: f64,
+    /// Per sync: the sync takes ten times its drawn latency.
+    pub slow_sync: f64,
+    /// Streams the service allows per table; opens beyond it get `RESOURCE_EXHAUSTED`.
+    pub streams_per_table: Option<u16>,
+}
+
+/// One table of the simulated workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimTable {
+    /// Its pool size.
+    pub slots: u16,
+    /// Whether batches are routed by an ordering key (drawn from 8 keys).
+    pub keyed: bool,
 }
 
 /// One simulation's parameters. Everything random derives from `seed`.
@@ -71,6 +96,8 @@ pub struct SimConfig {
     pub source_interval: Duration,
     /// The core's configuration.
     pub sink: SinkConfig,
+    /// The tables; each batch goes to one drawn uniformly.
+    pub tables: Vec<SimTable>,
     /// Time from a message's arrival to its durability.
     pub ack_latency: Latency,
     /// Time from an open to READY.
@@ -88,9 +115,9 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// The named profiles the tests and the reproduction command use: `steady` (no faults),
-    /// `faults` (partial acks, dropped connections, forward acks), `inline` (the inline-wait
-    /// anti-pattern on the steady workload).
+    /// The named profiles the tests and the reproduction command use: `steady` (one table, no
+    /// faults), `faults` (three tables under a cap that forces eviction, every fault kind),
+    /// `inline` (the inline-wait anti-pattern on the steady workload).
     #[must_use]
     pub fn profile(name: &str, seed: u64) -> Option<SimConfig> {
         let steady = SimConfig {
@@ -100,14 +127,21 @@ impl SimConfig {
             bytes_per_row: 200,
             source_interval: Duration::ZERO,
             sink: SinkConfig {
-                slots: 2,
                 window: zerobus_sink::WindowLimits {
                     max_batches: 64,
                     max_bytes: 16 << 20,
                     max_rows: 20_000,
                 },
+                retry: zerobus_sink::RetryPolicy {
+                    jitter_seed: seed,
+                    ..zerobus_sink::RetryPolicy::default()
+                },
                 ..SinkConfig::default()
             },
+            tables: vec![SimTable {
+                slots: 2,
+                keyed: false,
+            }],
             ack_latency: Latency::DOCUMENTED,
             open_latency: Duration::from_millis(50),
             wal_sync: Duration::from_millis(20),
@@ -117,15 +151,39 @@ impl SimConfig {
                 ..Faults::default()
             },
             inline_wait: false,
-            max_steps: 1_000_000,
+            max_steps: 2_000_000,
         };
         match name {
             "steady" => Some(steady),
             "faults" => Some(SimConfig {
+                sink: SinkConfig {
+                    max_open_streams: 5,
+                    ..steady.sink
+                },
+                tables: vec![
+                    SimTable {
+                        slots: 2,
+                        keyed: false,
+                    },
+                    SimTable {
+                        slots: 3,
+                        keyed: false,
+                    },
+                    SimTable {
+                        slots: 2,
+                        keyed: true,
+                    },
+                ],
                 faults: Faults {
                     partial_ack: 0.3,
-                    drop_connection: 0.02,
-                    forward_ack: 0.005,
+                    poison: 0.01,
+                    forward_ack: 0.002,
+                    rotation: 0.01,
+                    open_failure: 0.05,
+                    auth_rejection: 0.02,
+                    stall: 0.02,
+                    slow_sync: 0.02,
+                    streams_per_table: Some(2),
                 },
                 ..steady
             }),
@@ -191,13 +249,27 @@ impl std::error::Error for SimFailure {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     Source,
-    Ready { slot: SlotId, conn: ConnGen },
-    AckCheck { slot: SlotId, conn: ConnGen },
+    /// The open's answer: READY, or a refusal.
+    Opened {
+        table: TableId,
+        slot: SlotId,
+        conn: ConnGen,
+    },
+    AckCheck {
+        slot: SlotId,
+        conn: ConnGen,
+    },
+    /// After our half-close of a rotating stream, the server ends the call.
+    ServerEnd {
+        slot: SlotId,
+        conn: ConnGen,
+    },
     Wake,
 }
 
 #[derive(Debug, Default)]
 struct ServerConn {
+    table: Option<TableId>,
     /// (durable at, cumulative rows after this message).
     wal: VecDeque<(Time, u64)>,
     wal_tail: Time,
@@ -207,23 +279,25 @@ struct ServerConn {
     sync_durable_at: Time,
     received: u64,
     acked: u64,
+    stalled: bool,
+    open: bool,
 }
 
 struct Sim<'a> {
     config: &'a SimConfig,
-    profile: &'a str,
     rng: Rng,
     now: Time,
     seq: u64,
     events: BTreeMap<(Time, u64), Event>,
     next_wake: Option<Time>,
     sink: SinkCore<Raw, SimBatch>,
+    tables: Vec<TableId>,
     oracle: Oracle,
     servers: BTreeMap<ConnGen, ServerConn>,
     next_id: u64,
     produced: u64,
-    retry: VecDeque<SimBatch>,
-    blocked: Option<SimBatch>,
+    retry: VecDeque<(TableId, SimBatch)>,
+    blocked: Option<(TableId, SimBatch)>,
     waiting_for: Option<u64>,
     closing: bool,
     step: u64,
@@ -231,24 +305,44 @@ struct Sim<'a> {
 
 /// Runs one simulation of profile `profile` (used only to name the reproduction command).
 pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailure> {
-    let sink = SinkCore::new(config.sink).map_err(|e| SimFailure {
+    let fail = |step, violation| SimFailure {
         profile: profile.to_owned(),
         seed: config.seed,
-        step: 0,
-        violation: Violation {
-            invariant: 10,
-            message: e.to_string(),
-        },
+        step,
+        violation,
+    };
+    let mut sink = SinkCore::new(config.sink).map_err(|e| {
+        fail(
+            0,
+            Violation {
+                invariant: 10,
+                message: e.to_string(),
+            },
+        )
     })?;
+    let mut tables = Vec::new();
+    for (i, t) in config.tables.iter().enumerate() {
+        let spec = TableSpec::new(format!("main.sim.t{i}")).sizing(PoolSizing::fixed(t.slots));
+        let spec = if t.keyed { spec.keyed() } else { spec };
+        tables.push(sink.add_table(spec).map_err(|e| {
+            fail(
+                0,
+                Violation {
+                    invariant: 10,
+                    message: e.to_string(),
+                },
+            )
+        })?);
+    }
     let mut sim = Sim {
         config,
-        profile,
         rng: Rng::new(config.seed),
         now: Time::ZERO,
         seq: 0,
         events: BTreeMap::new(),
         next_wake: None,
         sink,
+        tables,
         oracle: Oracle::new(config.sink),
         servers: BTreeMap::new(),
         next_id: 0,
@@ -260,27 +354,14 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         step: 0,
     };
     sim.schedule(Time::ZERO, Event::Source);
-    sim.run().map_err(|violation| SimFailure {
-        profile: profile.to_owned(),
-        seed: config.seed,
-        step: sim.step,
-        violation,
-    })?;
-    let marks = sim.sink.watermarks();
+    let ran = sim.run().and_then(|()| sim.oracle.finish(&sim.sink));
+    let tally = ran.map_err(|violation| fail(sim.step, violation))?;
     Ok(SimReport {
         seed: config.seed,
         steps: sim.step,
-        tally: sim
-            .oracle
-            .finish(&sim.sink)
-            .map_err(|violation| SimFailure {
-                profile: sim.profile.to_owned(),
-                seed: config.seed,
-                step: sim.step,
-                violation,
-            })?,
+        tally,
         elapsed: sim.now - Time::ZERO,
-        rows_delivered: marks.rows_delivered,
+        rows_delivered: sim.sink.watermarks().rows_delivered,
         metrics: sim.sink.metrics().clone(),
     })
 }
@@ -315,20 +396,54 @@ impl Sim<'_> {
 
     fn event(&mut self, event: Event) -> Result<(), Violation> {
         match event {
-            Event::Source => self.produce(),
-            Event::Ready { slot, conn } => {
-                let _ = self.sink.handle(self.now, Input::Ready { slot, conn });
-                Ok(())
-            }
-            Event::AckCheck { slot, conn } => {
+            Event::Source => return self.produce(),
+            Event::Opened { table, slot, conn } => self.answer_open(table, slot, conn),
+            Event::AckCheck { slot, conn } => self.server_ack(slot, conn),
+            Event::ServerEnd { slot, conn } => {
                 self.server_ack(slot, conn);
-                Ok(())
+                let _ = self.sink.handle(self.now, Input::Closed { slot, conn });
             }
-            Event::Wake => {
-                self.next_wake = None;
-                Ok(())
-            }
+            Event::Wake => self.next_wake = None,
         }
+        Ok(())
+    }
+
+    /// The server answers an open: refusals first, then READY.
+    fn answer_open(&mut self, table: TableId, slot: SlotId, conn: ConnGen) {
+        let f = self.config.faults;
+        let open_for_table = self
+            .servers
+            .values()
+            .filter(|s| s.open && s.table == Some(table))
+            .count();
+        let status = |code| StreamError::Status {
+            code,
+            message: format!("{code:?} (simulated)"),
+        };
+        let error = if f
+            .streams_per_table
+            .is_some_and(|limit| open_for_table >= usize::from(limit))
+        {
+            Some(status(Code::ResourceExhausted))
+        } else if self.rng.chance(f.auth_rejection) {
+            Some(status(Code::Unauthenticated))
+        } else if self.rng.chance(f.open_failure) {
+            Some(status(Code::Unavailable))
+        } else {
+            None
+        };
+        let stalled = self.rng.chance(f.stall);
+        let input = match error {
+            Some(error) => Input::Failed { slot, conn, error },
+            None => {
+                if let Some(server) = self.servers.get_mut(&conn) {
+                    server.open = true;
+                    server.stalled = stalled;
+                }
+                Input::Ready { slot, conn }
+            }
+        };
+        let _ = self.sink.handle(self.now, input);
     }
 
     /// The source: submit the next batch (a retry first), or close once everything is produced.
@@ -336,15 +451,19 @@ impl Sim<'_> {
         if self.closing || self.blocked.is_some() || self.waiting_for.is_some() {
             return Ok(());
         }
-        let batch = match self.retry.pop_front() {
-            Some(b) => b,
+        let (table, batch) = match self.retry.pop_front() {
+            Some(next) => next,
             None if self.produced < self.config.batches => {
                 self.produced += 1;
                 let rows = self
                     .rng
                     .range(self.config.rows.0, self.config.rows.1)
                     .max(1);
-                SimBatch::new(u64::MAX, rows, self.config.bytes_per_row)
+                let table = self.tables[self.rng.range(0, self.tables.len() as u64 - 1) as usize];
+                (
+                    table,
+                    SimBatch::new(u64::MAX, rows, self.config.bytes_per_row),
+                )
             }
             None => {
                 self.closing = true;
@@ -353,19 +472,28 @@ impl Sim<'_> {
                 return Ok(());
             }
         };
-        self.submit(batch)
+        self.submit(table, batch)
     }
 
-    fn submit(&mut self, batch: SimBatch) -> Result<(), Violation> {
+    fn submit(&mut self, table: TableId, batch: SimBatch) -> Result<(), Violation> {
         // Each admission (a retry too) is a new batch to the oracle: rows [0, rows) of a new id.
         let id = self.next_id;
         let fresh = SimBatch::new(id, batch.rows, batch.bytes_per_row);
         let token = Token::raw("sim", 0, i64::try_from(id).unwrap_or(i64::MAX));
-        match self.sink.submit(self.now, fresh, token) {
-            Ok(admitted) => {
+        let keyed = self
+            .config
+            .tables
+            .get(table.index())
+            .is_some_and(|t| t.keyed);
+        let route = if keyed {
+            table.key(self.rng.range(0, 7))
+        } else {
+            table.into()
+        };
+        match self.sink.submit(self.now, route, fresh, token) {
+            Ok(_) => {
                 self.next_id += 1;
-                self.oracle
-                    .admitted(id, fresh.rows, admitted.slot, admitted.offset)?;
+                self.oracle.admitted(id, fresh.rows, table)?;
                 if self.config.inline_wait {
                     self.waiting_for = Some(id);
                 } else {
@@ -374,7 +502,13 @@ impl Sim<'_> {
                 Ok(())
             }
             Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
-                self.blocked = Some(batch);
+                self.blocked = Some((table, batch));
+                Ok(())
+            }
+            Err(rejected) if matches!(rejected.reason, RejectReason::TableFailed { .. }) => {
+                // The table failed fatally: the pipeline stops writing to it (not admitted, so
+                // not lost); carry on with the others.
+                self.schedule(self.now, Event::Source);
                 Ok(())
             }
             Err(rejected) => Err(Violation {
@@ -390,8 +524,8 @@ impl Sim<'_> {
             self.waiting_for = None;
             self.schedule(self.now, Event::Source);
         }
-        if let Some(batch) = self.blocked.take() {
-            self.submit(batch)?;
+        if let Some((table, batch)) = self.blocked.take() {
+            self.submit(table, batch)?;
         }
         Ok(())
     }
@@ -402,6 +536,9 @@ impl Sim<'_> {
         let Some(server) = self.servers.get_mut(&conn) else {
             return;
         };
+        if server.stalled {
+            return;
+        }
         while server.wal.len() > 1 && server.wal[1].0 <= now {
             server.wal.pop_front();
         }
@@ -418,15 +555,15 @@ impl Sim<'_> {
             up_to = self.rng.range(server.acked + 1, durable - 1);
             again = true;
         }
-        let input = if self.rng.chance(faults.drop_connection) {
-            Input::Failed {
-                slot,
-                conn,
-                error: StreamError::Transport {
-                    message: "connection reset (simulated)".into(),
-                },
-            }
-        } else if self.rng.chance(faults.forward_ack) {
+        let live = server.open;
+        let input = if live && self.rng.chance(faults.poison) {
+            server.open = false;
+            let error = StreamError::Status {
+                code: Code::Unavailable,
+                message: "stream reset (simulated)".into(),
+            };
+            Input::Failed { slot, conn, error }
+        } else if live && self.rng.chance(faults.forward_ack) {
             Input::Acked {
                 slot,
                 conn,
@@ -451,6 +588,10 @@ impl Sim<'_> {
         {
             self.oracle.acked(slot, conn, up_to_records);
         }
+        if live && self.rng.chance(faults.rotation) {
+            let grace = Duration::from_millis(self.rng.range(200, 3_000));
+            let _ = self.sink.handle(now, Input::Rotate { slot, conn, grace });
+        }
     }
 
     /// A message crosses the link, lands in the write-ahead log at the next group-commit tick,
@@ -459,6 +600,8 @@ impl Sim<'_> {
     fn transmit(&mut self, slot: SlotId, conn: ConnGen, rows: u64, bytes: u64) {
         let (bandwidth, sync) = (self.config.stream_bandwidth.max(1), self.config.wal_sync);
         let now = self.now;
+        let latency = self.config.ack_latency.draw(&mut self.rng);
+        let slow = self.rng.chance(self.config.faults.slow_sync);
         let server = self.servers.entry(conn).or_default();
         let on_wire = Duration::from_secs_f64(bytes as f64 / bandwidth as f64);
         server.link_free = server.link_free.max(now) + on_wire;
@@ -470,8 +613,8 @@ impl Sim<'_> {
             .saturating_mul(tick);
         if server.sync != Some(sync_at) {
             server.sync = Some(sync_at);
-            server.sync_durable_at =
-                Time::from_micros(sync_at) + self.config.ack_latency.draw(&mut self.rng);
+            let latency = if slow { latency * 10 } else { latency };
+            server.sync_durable_at = Time::from_micros(sync_at) + latency;
         }
         let durable_at = server.sync_durable_at.max(server.wal_tail);
         server.wal_tail = durable_at;
@@ -481,9 +624,9 @@ impl Sim<'_> {
     }
 
     fn drain(&mut self) -> Result<(), Violation> {
+        self.oracle.set_now(self.now);
         loop {
             let out = self.sink.poll_output(self.now);
-            let mut ended = Vec::new();
             match &out {
                 Output::Timeout(at) => {
                     if let Some(at) = *at
@@ -494,30 +637,49 @@ impl Sim<'_> {
                     }
                     return self.oracle.check(&self.sink);
                 }
-                Output::Open { slot, conn } => {
-                    self.servers.insert(*conn, ServerConn::default());
-                    self.schedule(
-                        self.now + self.config.open_latency,
-                        Event::Ready {
-                            slot: *slot,
-                            conn: *conn,
+                Output::Open { table, slot, conn } => {
+                    self.servers.insert(
+                        *conn,
+                        ServerConn {
+                            table: Some(*table),
+                            ..ServerConn::default()
                         },
                     );
+                    let event = Event::Opened {
+                        table: *table,
+                        slot: *slot,
+                        conn: *conn,
+                    };
+                    self.schedule(self.now + self.config.open_latency, event);
                 }
                 Output::Send(t) => {
                     self.transmit(t.slot, t.conn, t.rows, t.rows * t.batch.bytes_per_row)
                 }
-                Output::Failed(f) => {
+                Output::Close {
+                    slot,
+                    conn,
+                    graceful,
+                } => {
+                    if let Some(server) = self.servers.get_mut(conn) {
+                        server.open = false;
+                    }
+                    if *graceful {
+                        // The server sends its last acks and ends the call.
+                        let (slot, conn) = (*slot, *conn);
+                        self.schedule(
+                            self.now + Duration::from_millis(20),
+                            Event::ServerEnd { slot, conn },
+                        );
+                    }
+                }
+                Output::Failed(f) if !self.closing => {
                     for b in &f.batches {
-                        ended.push(u64::try_from(b.token.position().offset).unwrap_or(u64::MAX));
-                        if !self.closing {
-                            self.retry.push_back(b.batch);
-                        }
+                        self.retry.push_back((f.table, b.batch));
                     }
                 }
                 _ => {}
             }
-            ended.extend(self.oracle.output(out)?);
+            let ended = self.oracle.output(out)?;
             if !ended.is_empty() {
                 self.unblock(&ended)?;
             }

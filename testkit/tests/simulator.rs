@@ -3,20 +3,23 @@
 
 use std::time::Duration;
 
-use zerobus_sink::{Input, Output, Raw, SinkCore, Token};
+use zerobus_sink::{Input, Output, Raw, SinkCore, TableSpec, Token};
 use zerobus_sink_testkit::{Latency, Oracle, SimBatch, SimConfig, simulate};
 
-/// Seeds per profile in every `cargo test`; `ZEROBUS_SIM_SEEDS` raises it for a soak.
-fn seeds() -> u64 {
+/// Seeds per profile in every `cargo test` (`ZEROBUS_SIM_SEEDS` overrides it for a soak).
+fn seeds(default: u64) -> u64 {
     std::env::var("ZEROBUS_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(default)
 }
 
-fn run_profile(profile: &str) -> (u64, u64) {
+/// Runs `seeds` seeds of `profile`; returns the steps, the batches handed back and the core's
+/// metrics summed over the seeds.
+fn run_profile(profile: &str, seeds: u64) -> (u64, u64, zerobus_sink::Metrics) {
     let (mut steps, mut failed_batches) = (0, 0);
-    for seed in 0..seeds() {
+    let mut sum = zerobus_sink::Metrics::default();
+    for seed in 0..seeds {
         let config = SimConfig::profile(profile, seed).expect("known profile");
         match simulate(profile, &config) {
             Ok(report) => {
@@ -26,34 +29,76 @@ fn run_profile(profile: &str) -> (u64, u64) {
                     report.tally.admitted,
                     report.tally.confirmed + report.tally.failed
                 );
+                let m = report.metrics;
+                sum.poisoned += m.poisoned;
+                sum.transient_failures += m.transient_failures;
+                sum.concurrency_rejects += m.concurrency_rejects;
+                sum.rotations += m.rotations;
+                sum.credential_refreshes += m.credential_refreshes;
+                sum.tables_failed += m.tables_failed;
+                sum.evictions += m.evictions;
+                sum.protocol_errors += m.protocol_errors;
+                sum.stale_inputs += m.stale_inputs;
+                sum.retry_budgets_spent += m.retry_budgets_spent;
+                sum.connections_opened += m.connections_opened;
             }
             Err(failure) => panic!("{failure}"),
         }
     }
     println!(
-        "profile {profile}: {} seeds, {steps} steps, {failed_batches} batches handed back",
-        seeds()
+        "profile {profile}: {seeds} seeds, {steps} steps, {failed_batches} batches handed back"
     );
-    (steps, failed_batches)
+    println!(
+        "  opened {} | poisoned {} | transient {} | concurrency rejects {} | rotations {} | auth refreshes {} | tables failed {} | evictions {} | protocol errors {} | stale {} | budgets spent {}",
+        sum.connections_opened,
+        sum.poisoned,
+        sum.transient_failures,
+        sum.concurrency_rejects,
+        sum.rotations,
+        sum.credential_refreshes,
+        sum.tables_failed,
+        sum.evictions,
+        sum.protocol_errors,
+        sum.stale_inputs,
+        sum.retry_budgets_spent
+    );
+    (steps, failed_batches, sum)
 }
 
 #[test]
 fn simulator_holds_every_checked_invariant_on_the_steady_profile() {
-    let (steps, failed) = run_profile("steady");
+    let seeds = seeds(1_000);
+    let (steps, failed, _) = run_profile("steady", seeds);
     assert!(
-        steps > seeds() * 400,
+        steps > seeds * 400,
         "each seed runs at least one step per batch"
     );
     assert_eq!(failed, 0, "nothing fails without faults");
 }
 
+/// Issue 3's bar: at least 10,000 seeds with every fault kind, each checked after every step.
 #[test]
-fn simulator_holds_every_checked_invariant_under_faults() {
-    let (_, failed) = run_profile("faults");
+fn simulator_holds_every_checked_invariant_under_every_fault_kind() {
+    let (_, failed, m) = run_profile("faults", seeds(10_000));
     assert!(
         failed > 0,
         "the faults profile must actually hand batches back"
     );
+    // Every fault kind must actually have happened, or this test proves less than it says.
+    let kinds = [
+        ("poison (stream broke, or stopped acking)", m.poisoned),
+        ("transient open failure", m.transient_failures),
+        ("concurrency reject", m.concurrency_rejects),
+        ("rotation", m.rotations),
+        ("auth rejection", m.credential_refreshes),
+        ("table failed (second auth rejection)", m.tables_failed),
+        ("eviction under the stream cap", m.evictions),
+        ("protocol error (forward ack)", m.protocol_errors),
+        ("stale input", m.stale_inputs),
+    ];
+    for (kind, count) in kinds {
+        assert!(count > 0, "no {kind} in the faults profile");
+    }
 }
 
 /// Replays one seed: `ZEROBUS_SIM_PROFILE=faults ZEROBUS_SIM_SEED=7 cargo test -p
@@ -112,23 +157,17 @@ fn anti_regression_pipelining_under_200ms_latency() {
 fn oracle_flags_a_confirmation_without_a_durable_ack() {
     let config = zerobus_sink_testkit::Harness::config();
     let mut sink = SinkCore::<Raw, SimBatch>::new(config).unwrap();
+    let table = sink.add_table(TableSpec::new("main.sim.t")).unwrap();
     let mut oracle = Oracle::new(config);
-    let admitted = sink
-        .submit(
-            zerobus_sink::Time::ZERO,
-            SimBatch::new(0, 3, 8),
-            Token::raw("sim", 0, 0),
-        )
-        .unwrap();
-    oracle
-        .admitted(0, 3, admitted.slot, admitted.offset)
-        .unwrap();
     let now = zerobus_sink::Time::ZERO;
+    sink.submit(now, table, SimBatch::new(0, 3, 8), Token::raw("sim", 0, 0))
+        .unwrap();
+    oracle.admitted(0, 3, table).unwrap();
     let mut caught = None;
     loop {
         let out = sink.poll_output(now);
         match &out {
-            Output::Open { slot, conn } => sink
+            Output::Open { slot, conn, .. } => sink
                 .handle(
                     now,
                     Input::Ready {

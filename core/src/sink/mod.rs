@@ -1,0 +1,504 @@
+//! [`SinkCore`]: tables, their pools of slot windows, and the one input/output interface.
+//!
+//! This file holds the public surface; `recovery.rs` the transitions that failures, drains and
+//! rotations cause; `pump.rs` the work `poll_output` does (timers, warming and evicting
+//! tables, assigning and placing batches, closing idle streams).
+
+mod pump;
+mod recovery;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crate::backoff::Jitter;
+use crate::batch::Batch;
+use crate::config::SinkConfig;
+use crate::error::{Bound, ConfigError, ProtocolError, RejectReason, Rejected, StreamError};
+use crate::event::{Input, Output};
+use crate::ids::{SlotId, TableId};
+use crate::lane::{Lane, Token};
+use crate::metrics::{Metrics, Watermarks};
+use crate::sizing::SizedPool;
+use crate::table::{Route, TableSpec};
+use crate::time::Time;
+use crate::window::{AckOutcome, InFlight, Phase, Queued, SlotWindow};
+
+/// Where an admitted batch went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The table.
+    pub table: TableId,
+    /// Its admission number within the table, from 0.
+    pub seq: u64,
+}
+
+/// A table's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TableStatus {
+    /// No streams: never written, or evicted.
+    Cold,
+    /// Its pool is open (or opening, or backing off).
+    Warm,
+    /// Draining to durable and closing, to make room under the global stream cap.
+    Evicting,
+    /// Failed fatally: admits nothing, opens nothing.
+    Failed(StreamError),
+}
+
+pub(crate) struct TableState<L: Lane, B> {
+    spec: TableSpec,
+    pool: SizedPool,
+    /// Its slots are `first_slot .. first_slot + pool.slots` of the sink's slot list.
+    first_slot: usize,
+    status: TableStatus,
+    /// Admitted batches not yet given to a slot (order-agnostic tables only).
+    queue: VecDeque<Queued<L, B>>,
+    queued: InFlight,
+    /// Round-robin position among the table's slots.
+    cursor: usize,
+    last_used: Time,
+    /// When its pool was last opened (eviction waits out `min_residency` from here).
+    warm_since: Time,
+    /// Its place in line since it has had batches but no streams: cold tables warm in this
+    /// order (a sequence number, so that two tables that start waiting at the same instant
+    /// keep the order in which they did).
+    waiting_since: Option<u64>,
+    /// Whether credentials were refreshed after an auth rejection since the last READY.
+    auth_refreshed: bool,
+    admitted: u64,
+    rows_admitted: u64,
+    failed_unassigned: u64,
+}
+
+impl<L: Lane, B> TableState<L, B> {
+    fn slots(&self) -> std::ops::Range<usize> {
+        self.first_slot..self.first_slot + usize::from(self.pool.slots)
+    }
+}
+
+/// The sans-IO Zerobus sink: tables, each with a pool of stream slots, each slot with an ack
+/// window; one lane `L`; batches of type `B`.
+///
+/// Methods come in four kinds, as in quinn-proto:
+/// - **getters** (`&self`): [`watermarks`](Self::watermarks), [`metrics`](Self::metrics),
+///   [`table_watermarks`](Self::table_watermarks), [`is_closed`](Self::is_closed), ...;
+/// - **inputs**: [`submit`](Self::submit) (a batch from the pipeline) and
+///   [`handle`](Self::handle) (an event from a connection);
+/// - **mutators**: [`add_table`](Self::add_table), [`close`](Self::close);
+/// - **outputs**: [`poll_output`](Self::poll_output).
+///
+/// The drain contract: after every input, mutator call, and whenever the time it last returned
+/// in [`Output::Timeout`] is reached, call `poll_output` until it returns `Output::Timeout`.
+/// Every call takes the current time; the core never reads a clock.
+pub struct SinkCore<L: Lane, B: Batch> {
+    config: SinkConfig,
+    tables: Vec<TableState<L, B>>,
+    slots: Vec<SlotWindow<L, B>>,
+    next_conn: u64,
+    /// Hands out places in the line of cold tables waiting for streams.
+    next_in_line: u64,
+    outputs: VecDeque<Output<L, B>>,
+    metrics: Metrics,
+    jitter: Jitter,
+    /// Set by [`close`](Self::close): admission stopped; batches not durable by then fail.
+    close_deadline: Option<Time>,
+}
+
+impl<L: Lane, B: Batch> fmt::Debug for SinkCore<L, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkCore")
+            .field("lane", &L::NAME)
+            .field("tables", &self.tables.len())
+            .field("slots", &self.slots.len())
+            .field("watermarks", &self.watermarks())
+            .field("closing", &self.close_deadline)
+            .finish()
+    }
+}
+
+impl<L: Lane, B: Batch> SinkCore<L, B> {
+    /// A sink with `config` and no tables yet, or an error naming the first invalid field.
+    pub fn new(config: SinkConfig) -> Result<SinkCore<L, B>, ConfigError> {
+        config.validate()?;
+        Ok(SinkCore {
+            jitter: Jitter::new(config.retry.jitter_seed),
+            config,
+            tables: Vec::new(),
+            slots: Vec::new(),
+            next_conn: 0,
+            next_in_line: 0,
+            outputs: VecDeque::new(),
+            metrics: Metrics::default(),
+            close_deadline: None,
+        })
+    }
+
+    /// Registers a table and sizes its pool. Nothing is opened until its first batch.
+    pub fn add_table(&mut self, spec: TableSpec) -> Result<TableId, ConfigError> {
+        if spec.name.is_empty() {
+            return Err(ConfigError::OutOfRange {
+                field: "table.name",
+                reason: "must not be empty",
+            });
+        }
+        let pool = spec.sizing.size();
+        if pool.slots > self.config.max_open_streams {
+            return Err(ConfigError::PoolAboveCap {
+                table: spec.name,
+                slots: pool.slots,
+                cap: self.config.max_open_streams,
+            });
+        }
+        let id = u16::try_from(self.tables.len())
+            .map_err(|_| ConfigError::TooMany { what: "tables" })?;
+        let first_slot = self.slots.len();
+        if first_slot + usize::from(pool.slots) > usize::from(u16::MAX) {
+            return Err(ConfigError::TooMany { what: "slots" });
+        }
+        let table = TableId(id);
+        for i in 0..pool.slots {
+            let slot = u16::try_from(first_slot).unwrap_or(u16::MAX) + i;
+            self.slots.push(SlotWindow::new(SlotId(slot), table));
+        }
+        self.tables.push(TableState {
+            spec,
+            pool,
+            first_slot,
+            status: TableStatus::Cold,
+            queue: VecDeque::new(),
+            queued: InFlight::default(),
+            cursor: 0,
+            last_used: Time::ZERO,
+            warm_since: Time::ZERO,
+            waiting_since: None,
+            auth_refreshed: false,
+            admitted: 0,
+            rows_admitted: 0,
+            failed_unassigned: 0,
+        });
+        Ok(table)
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &SinkConfig {
+        &self.config
+    }
+
+    /// The tables, in order of registration.
+    pub fn table_ids(&self) -> impl Iterator<Item = TableId> + '_ {
+        (0..self.tables.len()).map(|i| TableId(u16::try_from(i).unwrap_or(u16::MAX)))
+    }
+
+    /// A table's full name, as its `x-databricks-zerobus-table-name` header wants it.
+    #[must_use]
+    pub fn table_name(&self, table: TableId) -> Option<&str> {
+        self.tables.get(table.index()).map(|t| t.spec.name.as_str())
+    }
+
+    /// A table's derived pool size and the terms it came from (to log at start).
+    #[must_use]
+    pub fn table_pool(&self, table: TableId) -> Option<SizedPool> {
+        self.tables.get(table.index()).map(|t| t.pool)
+    }
+
+    /// A table's slots.
+    pub fn table_slots(&self, table: TableId) -> impl Iterator<Item = SlotId> + '_ {
+        let range = self
+            .tables
+            .get(table.index())
+            .map(TableState::slots)
+            .unwrap_or(0..0);
+        range.map(|i| SlotId(u16::try_from(i).unwrap_or(u16::MAX)))
+    }
+
+    /// Every slot of every table.
+    pub fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
+        self.slots.iter().map(SlotWindow::id)
+    }
+
+    /// The table a slot belongs to.
+    #[must_use]
+    pub fn slot_table(&self, slot: SlotId) -> Option<TableId> {
+        self.slots.get(slot.index()).map(SlotWindow::table)
+    }
+
+    /// Whether the table failed fatally.
+    #[must_use]
+    pub fn table_failed(&self, table: TableId) -> bool {
+        self.tables
+            .get(table.index())
+            .is_some_and(|t| matches!(t.status, TableStatus::Failed(_)))
+    }
+
+    /// Watermarks summed over every table.
+    #[must_use]
+    pub fn watermarks(&self) -> Watermarks {
+        self.table_ids()
+            .filter_map(|t| self.table_watermarks(t))
+            .fold(Watermarks::default(), Watermarks::plus)
+    }
+
+    /// One table's watermarks (`submitted` counts admissions, including batches not yet given
+    /// to a slot).
+    #[must_use]
+    pub fn table_watermarks(&self, table: TableId) -> Option<Watermarks> {
+        let t = self.tables.get(table.index())?;
+        let slots = self.slots[t.slots()]
+            .iter()
+            .map(SlotWindow::marks)
+            .fold(Watermarks::default(), Watermarks::plus);
+        Some(Watermarks {
+            submitted: t.admitted,
+            rows_submitted: t.rows_admitted,
+            failed: slots.failed + t.failed_unassigned,
+            ..slots
+        })
+    }
+
+    /// One slot's watermarks (`submitted` counts batches given to the slot).
+    #[must_use]
+    pub fn slot_watermarks(&self, slot: SlotId) -> Option<Watermarks> {
+        self.slots.get(slot.index()).map(SlotWindow::marks)
+    }
+
+    /// What one slot's window holds in flight.
+    #[must_use]
+    pub fn in_flight(&self, slot: SlotId) -> Option<InFlight> {
+        self.slots.get(slot.index()).map(SlotWindow::usage)
+    }
+
+    /// What a table holds that is not yet given to a slot.
+    #[must_use]
+    pub fn queued(&self, table: TableId) -> Option<InFlight> {
+        self.tables.get(table.index()).map(|t| t.queued)
+    }
+
+    /// Streams open, opening or backing off, across every table (never above
+    /// `max_open_streams`).
+    #[must_use]
+    pub fn open_streams(&self) -> usize {
+        self.slots.iter().filter(|s| s.phase.holds_stream()).count()
+    }
+
+    /// Metrics so far.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether [`close`](Self::close) was called and every batch has ended and every stream is
+    /// closed. Once closed, every input is a no-op.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.close_deadline.is_some()
+            && self.outputs.is_empty()
+            && self.tables.iter().all(|t| t.queue.is_empty())
+            && self
+                .slots
+                .iter()
+                .all(|s| !s.has_pending() && matches!(s.phase, Phase::Idle | Phase::Failed))
+    }
+
+    /// Admits a batch for a table, fire-and-forget: returns at once; the token comes back in an
+    /// [`Output::Confirmed`] once the batch is durable, or in an [`Output::Failed`]. Never waits
+    /// for an ack and never opens a stream itself. When the table's windows are full the batch
+    /// and token are handed back ([`RejectReason::Full`]): that is the backpressure.
+    ///
+    /// Route with the [`TableId`] for order-agnostic tables (the batch goes to the next ready
+    /// slot, round-robin) or with [`TableId::key`] for keyed ones (one key hash, one slot).
+    pub fn submit(
+        &mut self,
+        now: Time,
+        route: impl Into<Route>,
+        batch: B,
+        token: Token<L>,
+    ) -> Result<Admitted, Rejected<L, B>> {
+        let route = route.into();
+        let (rows, bytes) = (batch.rows(), batch.bytes());
+        if let Err(reason) = self.admissible(route, rows, bytes) {
+            if matches!(reason, RejectReason::Full { .. }) {
+                self.metrics.backpressured += 1;
+            }
+            return Err(Rejected {
+                batch,
+                token,
+                reason,
+            });
+        }
+        let queued = Queued {
+            batch,
+            token,
+            rows,
+            bytes,
+            submitted_at: now,
+        };
+        let t = &mut self.tables[route.table.index()];
+        match route.key {
+            Some(hash) => {
+                let n = u64::from(t.pool.slots.max(1));
+                let index = t.first_slot + usize::try_from(hash % n).unwrap_or(0);
+                self.slots[index].assign(queued);
+            }
+            None => {
+                t.queued.add(rows, bytes);
+                t.queue.push_back(queued);
+            }
+        }
+        let seq = t.admitted;
+        t.admitted += 1;
+        t.rows_admitted += rows;
+        t.last_used = now;
+        let pending = self.watermarks().pending();
+        self.metrics.max_pending = self.metrics.max_pending.max(pending);
+        Ok(Admitted {
+            table: route.table,
+            seq,
+        })
+    }
+
+    /// Why a batch of `rows`/`bytes` cannot be admitted on `route`, if it cannot.
+    fn admissible(&self, route: Route, rows: u64, bytes: u64) -> Result<(), RejectReason> {
+        let table = route.table;
+        if self.close_deadline.is_some() {
+            return Err(RejectReason::Closed);
+        }
+        if rows == 0 {
+            return Err(RejectReason::Empty);
+        }
+        let t = self
+            .tables
+            .get(table.index())
+            .ok_or(RejectReason::UnknownTable { table })?;
+        if let TableStatus::Failed(error) = &t.status {
+            return Err(RejectReason::TableFailed {
+                table,
+                reason: error.to_string(),
+            });
+        }
+        if t.spec.keyed != route.key.is_some() {
+            let expectation = if t.spec.keyed {
+                "routes every batch by an ordering key: submit with TableId::key(hash)"
+            } else {
+                "has no ordering key: submit with the TableId alone"
+            };
+            return Err(RejectReason::Routing { table, expectation });
+        }
+        let limits = self.config.window;
+        for (bound, value, limit) in [
+            (Bound::Bytes, bytes, limits.max_bytes),
+            (Bound::Rows, rows, limits.max_rows),
+        ] {
+            if value > limit {
+                return Err(RejectReason::TooLarge {
+                    bound,
+                    value,
+                    limit,
+                });
+            }
+        }
+        let held = match route.key {
+            Some(hash) => {
+                let index = t.first_slot
+                    + usize::try_from(hash % u64::from(t.pool.slots.max(1))).unwrap_or(0);
+                self.slots[index].usage().exceeded(&limits, 1, rows, bytes)
+            }
+            None => t
+                .queued
+                .exceeded(&limits, u64::from(t.pool.slots), rows, bytes),
+        };
+        match held {
+            Some((bound, limit)) => Err(RejectReason::Full { bound, limit }),
+            None => Ok(()),
+        }
+    }
+
+    /// Feeds an event from a connection. Events naming a connection generation that is not the
+    /// slot's live one are ignored (invariant 4). A protocol violation is returned for the
+    /// driver to log; the core has already acted on it (a fatal one ends the connection).
+    pub fn handle(&mut self, now: Time, input: Input) -> Result<(), ProtocolError> {
+        let (slot, conn) = input.target();
+        let Some(window) = self.slots.get_mut(slot.index()) else {
+            self.metrics.protocol_errors += 1;
+            let slots = u16::try_from(self.slots.len()).unwrap_or(u16::MAX);
+            return Err(ProtocolError::UnknownSlot {
+                slot: slot.0,
+                slots,
+            });
+        };
+        if window.phase.conn() != Some(conn) {
+            self.metrics.stale_inputs += 1;
+            return Ok(());
+        }
+        match input {
+            Input::Ready { .. } => {
+                if window.on_ready(conn) {
+                    let table = window.table();
+                    self.tables[table.index()].auth_refreshed = false;
+                }
+                Ok(())
+            }
+            Input::Acked { up_to_records, .. } => match window.on_ack(now, conn, up_to_records) {
+                AckOutcome::Nothing => Ok(()),
+                AckOutcome::Progress(burst) => {
+                    window.failures = 0;
+                    if let Some(burst) = burst {
+                        self.metrics.acks_applied += 1;
+                        self.metrics.coalesce.record(burst.len() as u64);
+                        for c in burst.iter() {
+                            let latency = c.confirmed_at().saturating_since(c.submitted_at());
+                            self.metrics
+                                .delivery_latency_us
+                                .record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+                        }
+                        self.outputs.push_back(Output::Confirmed(burst));
+                    }
+                    Ok(())
+                }
+                AckOutcome::Violation { error, fatal } => {
+                    self.metrics.protocol_errors += 1;
+                    if fatal {
+                        self.on_protocol_violation(now, slot, error.clone());
+                    }
+                    Err(error)
+                }
+            },
+            Input::Failed { error, .. } => {
+                self.on_stream_error(now, slot, error);
+                Ok(())
+            }
+            Input::Closed { .. } => {
+                self.on_server_closed(now, slot);
+                Ok(())
+            }
+            Input::Rotate { grace, .. } => {
+                self.on_rotate(now, slot, grace);
+                Ok(())
+            }
+        }
+    }
+
+    /// Stops admission and drains: every slot closes gracefully once its table's batches are
+    /// durable; batches still pending at `deadline` are handed back as failed, each naming its
+    /// table. Idempotent; a later call cannot extend the first deadline.
+    pub fn close(&mut self, now: Time, deadline: Time) {
+        self.close_deadline.get_or_insert(deadline.max(now));
+    }
+
+    /// The next effect to perform. See the drain contract on [`SinkCore`].
+    pub fn poll_output(&mut self, now: Time) -> Output<L, B> {
+        self.fire_timers(now);
+        // A pass can free streams (an evicted table goes cold) that the next pass hands to a
+        // waiting table: run to a fixed point. Each extra pass needs a table to change state,
+        // so this ends within a pass per table.
+        for _ in 0..=self.tables.len() {
+            if !self.pump(now) {
+                break;
+            }
+        }
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        Output::Timeout(self.next_deadline())
+    }
+}

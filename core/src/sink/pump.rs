@@ -1,0 +1,327 @@
+//! The work behind `poll_output`: expired timers first, then warming and evicting tables,
+//! giving queued batches to ready slots, placing batches on the wire, and closing streams that
+//! have nothing left to do.
+
+use crate::batch::Batch;
+use crate::error::FailureReason;
+use crate::event::Output;
+use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId};
+use crate::lane::Lane;
+use crate::time::Time;
+use crate::window::{Drain, Phase};
+
+use super::{SinkCore, TableStatus};
+
+impl<L: Lane, B: Batch> SinkCore<L, B> {
+    /// Acts on every deadline at or before `now`. Spurious calls do nothing.
+    pub(super) fn fire_timers(&mut self, now: Time) {
+        for index in 0..self.slots.len() {
+            let window = &mut self.slots[index];
+            let slot = window.id();
+            if window
+                .deadline(self.config.open_timeout, self.config.ack_timeout)
+                .is_none_or(|at| at > now)
+            {
+                continue;
+            }
+            match window.phase {
+                Phase::Opening { conn, since } => {
+                    self.metrics.transient_failures += 1;
+                    let reason = FailureReason::OpenTimeout {
+                        slot,
+                        conn,
+                        waited: now.saturating_since(since),
+                    };
+                    self.restart(now, slot, reason, false);
+                }
+                Phase::Ready(live) => {
+                    // The stream stopped acking: let its last acks arrive, then rebuild.
+                    window.last_failure = Some(FailureReason::AckTimeout {
+                        slot,
+                        conn: live.conn,
+                        offset: window.oldest().unwrap_or(LogicalOffset(0)),
+                        waited: self.config.ack_timeout,
+                    });
+                    let until = now + self.config.retry.drain_budget;
+                    window.phase = Phase::Draining {
+                        live,
+                        until,
+                        why: Drain::Poison,
+                    };
+                }
+                Phase::Draining {
+                    why: Drain::Poison, ..
+                } => self.end_poison_drain(now, slot),
+                Phase::Draining {
+                    why: Drain::Rotation { half_closed: false },
+                    ..
+                } => self.half_close_rotation(now, slot),
+                Phase::Draining {
+                    why: Drain::Rotation { half_closed: true },
+                    ..
+                } => self.finish_rotation(now, slot),
+                Phase::Backoff { .. } => self.reopen_or_rest(now, slot),
+                Phase::Idle | Phase::Failed => {}
+            }
+        }
+        if self.close_deadline.is_some_and(|at| at <= now) {
+            for index in 0..self.tables.len() {
+                self.hand_back_at_close(now, TableId(u16::try_from(index).unwrap_or(u16::MAX)));
+            }
+        }
+    }
+
+    /// Drops the slot's connection (not gracefully) without counting a failure; it may open
+    /// again only after the minimum backoff, so that no cancel-and-reopen churn is possible.
+    fn cancel(&mut self, now: Time, slot: SlotId) {
+        let window = &mut self.slots[slot.index()];
+        if let Some(conn) = window.rebase() {
+            self.outputs.push_back(Output::Close {
+                slot,
+                conn,
+                graceful: false,
+            });
+            window.retry_at = window.retry_at.max(now + self.config.retry.initial_backoff);
+        }
+    }
+
+    /// The close deadline passed: everything of `table` not yet durable comes back.
+    fn hand_back_at_close(&mut self, now: Time, table: TableId) {
+        let reason = FailureReason::CloseDeadline { table };
+        for index in self.tables[table.index()].slots() {
+            self.cancel(now, SlotId(u16::try_from(index).unwrap_or(u16::MAX)));
+            let window = &mut self.slots[index];
+            if let Some(failed) = window.fail_all(reason.clone()) {
+                self.outputs.push_back(Output::Failed(failed));
+            }
+        }
+        if let Some(failed) = self.fail_unassigned(table, reason) {
+            self.outputs.push_back(Output::Failed(failed));
+        }
+    }
+
+    /// The table's pool is still wanted: open a new connection. Otherwise (evicting, cold, or
+    /// shutting down with nothing left) the slot rests.
+    fn reopen_or_rest(&mut self, now: Time, slot: SlotId) {
+        let table = self.slots[slot.index()].table();
+        let wanted = self.tables[table.index()].status == TableStatus::Warm
+            && !self.quiet_for_close(table, slot);
+        if wanted {
+            self.open_slot(now, slot);
+        } else {
+            self.slots[slot.index()].phase = Phase::Idle;
+        }
+    }
+
+    fn open_slot(&mut self, now: Time, slot: SlotId) {
+        let conn = ConnGen(self.next_conn);
+        self.next_conn += 1;
+        let window = &mut self.slots[slot.index()];
+        window.phase = Phase::Opening { conn, since: now };
+        self.metrics.connections_opened += 1;
+        self.outputs.push_back(Output::Open {
+            table: window.table(),
+            slot,
+            conn,
+        });
+    }
+
+    /// Whether shutdown leaves nothing for this slot to do.
+    fn quiet_for_close(&self, table: TableId, slot: SlotId) -> bool {
+        self.close_deadline.is_some()
+            && self.tables[table.index()].queue.is_empty()
+            && !self.slots[slot.index()].has_pending()
+    }
+
+    /// One pass; returns whether a table went cold, so that another pass may give its streams
+    /// to a waiting table.
+    pub(super) fn pump(&mut self, now: Time) -> bool {
+        self.advance_drains(now);
+        self.warm_tables(now);
+        self.assign_queued();
+        self.place(now);
+        self.close_quiet_streams(now)
+    }
+
+    /// Drains whose acks are all in end early.
+    fn advance_drains(&mut self, now: Time) {
+        for index in 0..self.slots.len() {
+            let window = &self.slots[index];
+            let slot = window.id();
+            match window.phase {
+                Phase::Draining {
+                    why: Drain::Poison, ..
+                } if window.all_acked() => self.end_poison_drain(now, slot),
+                Phase::Draining {
+                    why: Drain::Rotation { half_closed: false },
+                    ..
+                } if window.all_acked() => {
+                    self.half_close_rotation(now, slot);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Opens the pools of cold tables that have batches, all of a table's slots at once, first
+    /// come first served (by how long each has waited), while the global stream cap allows.
+    /// When the first in line does not fit, nobody behind it goes ahead; instead the least
+    /// recently used warm table that has held its streams for `min_residency` is evicted. So
+    /// tables under pressure take turns rather than evicting each other at once, and a table
+    /// evicted for another cannot take the freed streams back.
+    fn warm_tables(&mut self, now: Time) {
+        let mut line: Vec<usize> = Vec::new();
+        for index in 0..self.tables.len() {
+            if self.tables[index].status == TableStatus::Cold && self.has_work(index) {
+                if self.tables[index].waiting_since.is_none() {
+                    self.tables[index].waiting_since = Some(self.next_in_line);
+                    self.next_in_line += 1;
+                }
+                line.push(index);
+            }
+        }
+        line.sort_by_key(|&i| (self.tables[i].waiting_since, i));
+        for index in line {
+            let need = usize::from(self.tables[index].pool.slots);
+            let free =
+                usize::from(self.config.max_open_streams).saturating_sub(self.open_streams());
+            if free < need {
+                self.evict_for(index, now);
+                return;
+            }
+            let t = &mut self.tables[index];
+            t.status = TableStatus::Warm;
+            t.warm_since = now;
+            t.waiting_since = None;
+            for slot in self.tables[index].slots() {
+                let retry_at = self.slots[slot].retry_at;
+                if retry_at > now {
+                    self.slots[slot].phase = Phase::Backoff { until: retry_at };
+                } else {
+                    self.open_slot(now, SlotId(u16::try_from(slot).unwrap_or(u16::MAX)));
+                }
+            }
+        }
+    }
+
+    /// Starts evicting the least recently used warm table past its residency, unless one is
+    /// already being evicted.
+    fn evict_for(&mut self, waiting: usize, now: Time) {
+        if self
+            .tables
+            .iter()
+            .any(|t| t.status == TableStatus::Evicting)
+        {
+            return;
+        }
+        let residency = self.config.min_residency;
+        let victim = (0..self.tables.len())
+            .filter(|&i| i != waiting && self.tables[i].status == TableStatus::Warm)
+            .filter(|&i| now >= self.tables[i].warm_since + residency)
+            .min_by_key(|&i| (self.tables[i].last_used, i));
+        if let Some(victim) = victim {
+            self.tables[victim].status = TableStatus::Evicting;
+            self.metrics.evictions += 1;
+        }
+    }
+
+    fn has_work(&self, table: usize) -> bool {
+        let t = &self.tables[table];
+        !t.queue.is_empty() || self.slots[t.slots()].iter().any(|s| s.has_pending())
+    }
+
+    /// Gives queued batches to the table's READY slots, round-robin, while they have room.
+    fn assign_queued(&mut self) {
+        let limits = self.config.window;
+        for t in &mut self.tables {
+            if t.status != TableStatus::Warm {
+                continue;
+            }
+            let n = usize::from(t.pool.slots);
+            while let Some(front) = t.queue.front() {
+                let chosen = (0..n).map(|k| (t.cursor + k) % n).find(|&k| {
+                    let w = &self.slots[t.first_slot + k];
+                    w.is_ready()
+                        && w.usage()
+                            .exceeded(&limits, 1, front.rows, front.bytes)
+                            .is_none()
+                });
+                let Some(k) = chosen else { break };
+                let Some(q) = t.queue.pop_front() else { break };
+                t.queued.remove(q.rows, q.bytes);
+                t.cursor = (k + 1) % n;
+                self.slots[t.first_slot + k].assign(q);
+            }
+        }
+    }
+
+    /// Puts every unsent batch of a READY slot of a warm table on the wire.
+    fn place(&mut self, now: Time) {
+        let max_message_bytes = self.config.max_message_bytes;
+        for window in &mut self.slots {
+            let table = window.table();
+            if !window.is_ready()
+                || !window.has_unplaced()
+                || self.tables[table.index()].status != TableStatus::Warm
+            {
+                continue;
+            }
+            let outputs = &mut self.outputs;
+            let sent = window.place_all(table, now, max_message_bytes, &mut |t| {
+                outputs.push_back(Output::Send(t))
+            });
+            self.metrics.messages_sent += sent;
+        }
+    }
+
+    /// Closes streams with nothing left to do: when the table is being evicted (nothing on the
+    /// wire), or at shutdown (nothing pending for the table). An evicted table goes cold once
+    /// every slot rests; returns whether one did.
+    fn close_quiet_streams(&mut self, now: Time) -> bool {
+        for index in 0..self.slots.len() {
+            let window = &self.slots[index];
+            let (slot, table) = (window.id(), window.table());
+            let evicting = self.tables[table.index()].status == TableStatus::Evicting;
+            let quiet = (evicting && !window.has_placed()) || self.quiet_for_close(table, slot);
+            if !quiet {
+                continue;
+            }
+            let window = &mut self.slots[index];
+            match window.phase {
+                Phase::Ready(_) => {
+                    if let Some(conn) = window.rebase() {
+                        self.outputs.push_back(Output::Close {
+                            slot,
+                            conn,
+                            graceful: true,
+                        });
+                    }
+                }
+                Phase::Opening { .. } => self.cancel(now, slot),
+                Phase::Backoff { .. } => window.phase = Phase::Idle,
+                _ => {}
+            }
+        }
+        let mut cooled = false;
+        for index in 0..self.tables.len() {
+            let t = &self.tables[index];
+            if t.status == TableStatus::Evicting
+                && self.slots[t.slots()].iter().all(|s| s.phase == Phase::Idle)
+            {
+                self.tables[index].status = TableStatus::Cold;
+                cooled = true;
+            }
+        }
+        cooled
+    }
+
+    pub(super) fn next_deadline(&self) -> Option<Time> {
+        let slots = self
+            .slots
+            .iter()
+            .filter_map(|s| s.deadline(self.config.open_timeout, self.config.ack_timeout));
+        let work = (0..self.tables.len()).any(|i| self.has_work(i));
+        let close = self.close_deadline.filter(|_| work);
+        slots.chain(close).min()
+    }
+}
