@@ -1,12 +1,56 @@
-//! # zerobus-sink-catalog (not built yet)
+//! # zerobus-sink-catalog
 //!
-//! Zerobus only writes; it never creates or evolves a table. This crate will hold the
-//! `TableCatalog` seam (describe, reconcile, register_sink, vend_credentials) with async fns, the
-//! pure `ReconcilePlan` (create, add column, lossless widening behind an opt-in, comments,
-//! properties, refuse), the Arrow to Delta/Unity Catalog type map, and two backends behind
-//! features: Unity Catalog over its REST and SQL Statement APIs, and local Delta tables.
+//! Zerobus only writes: it never creates a table, evolves its schema, stamps comments or vends
+//! credentials. This crate does, for any sink (seed section 5.1):
 //!
-//! Status: a placeholder; the work is tracked as the catalog issue. It is independent of the
-//! core crate and of any runtime.
+//! - [`TableCatalog`]: the seam (describe, reconcile, register a writer, vend credentials) with
+//!   async methods and no `dyn`;
+//! - [`DesiredTable`]: the table a sink wants, from the incoming Arrow schema, an optional data
+//!   [`Contract`] and the reserved `_twg_*` columns;
+//! - the type map ([`DeltaType`]): Arrow to Delta / Unity Catalog and back, and which changes are
+//!   lossless widenings;
+//! - [`plan()`]: a pure [`ReconcilePlan`] (create, add column, widen, comments, properties, or
+//!   refuse, naming the column), idempotent through managed comment hashes;
+//! - [`ddl::render`]: Databricks SQL for a plan, every identifier and literal escaped;
+//! - backends behind features: `unity` (Unity Catalog REST, SQL Statement Execution API, OAuth
+//!   M2M) and `local` (Delta tables on disk with delta-rs, the embedded default).
+//!
+//! ```
+//! use arrow_schema::{DataType, Field, Schema};
+//! use zerobus_sink_catalog::{ddl, plan, DesiredTable, Policy, Role, TableRef};
+//!
+//! let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+//! let table = TableRef::parse("main.bronze.orders")?;
+//! let desired = DesiredTable::from_arrow(table, &schema, None, Role::Standard)?;
+//! let plan = plan(None, &desired, &Policy::default()); // the table is absent: create it
+//! let sql = ddl::render(&plan)?;
+//! assert!(sql[0].starts_with("CREATE TABLE `main`.`bronze`.`orders` (`id` BIGINT NOT NULL"));
+//! # Ok::<(), zerobus_sink_catalog::CatalogError>(())
+//! ```
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod catalog;
+pub mod ddl;
+mod desired;
+mod error;
+mod live;
+pub mod plan;
+mod table_ref;
+pub mod types;
+
+#[cfg(feature = "local")]
+pub mod local;
+#[cfg(feature = "unity")]
+pub mod unity;
+
+pub use catalog::{Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials, sink_property};
+pub use desired::{
+    Authority, Comment, Contract, DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, RESERVED_COLUMNS, RESERVED_PREFIX, Role,
+};
+pub use error::CatalogError;
+pub use live::{LiveColumn, LiveTable};
+pub use plan::{Action, HumanEdits, Policy, ReconcilePlan, Refusal, RefusalReason, plan};
+pub use table_ref::{TableRef, is_identifier_safe};
+pub use types::{DeltaField, DeltaType, Widening};
