@@ -50,7 +50,10 @@ impl fmt::Debug for CloudCredentials {
         match self {
             CloudCredentials::None => f.write_str("None"),
             CloudCredentials::Aws { access_key_id, .. } => {
-                write!(f, "Aws {{ access_key_id: {access_key_id:?}, secret_access_key: <redacted>, session_token: <redacted> }}")
+                write!(
+                    f,
+                    "Aws {{ access_key_id: {access_key_id:?}, secret_access_key: <redacted>, session_token: <redacted> }}"
+                )
             }
             CloudCredentials::AzureSas(_) => f.write_str("AzureSas(<redacted>)"),
             CloudCredentials::AzureAad(_) => f.write_str("AzureAad(<redacted>)"),
@@ -85,17 +88,32 @@ pub struct ReconcileOutcome {
 /// The methods return `Send` futures, so the sink can call them from any task.
 pub trait TableCatalog {
     /// The live table, or `None` if it does not exist.
-    fn describe(&self, table: &TableRef) -> impl Future<Output = Result<Option<LiveTable>, CatalogError>> + Send;
+    fn describe(
+        &self,
+        table: &TableRef,
+    ) -> impl Future<Output = Result<Option<LiveTable>, CatalogError>> + Send;
 
     /// Makes the table take `desired`: describes it, plans (a pure [`ReconcilePlan`]), and
     /// executes the plan unless it refuses something. Idempotent: a second call plans nothing.
-    fn reconcile(&self, desired: &DesiredTable, policy: &Policy) -> impl Future<Output = Result<ReconcileOutcome, CatalogError>> + Send;
+    fn reconcile(
+        &self,
+        desired: &DesiredTable,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<ReconcileOutcome, CatalogError>> + Send;
 
     /// Records `sink` as a writer of the table.
-    fn register_sink(&self, table: &TableRef, sink: &SinkId) -> impl Future<Output = Result<(), CatalogError>> + Send;
+    fn register_sink(
+        &self,
+        table: &TableRef,
+        sink: &SinkId,
+    ) -> impl Future<Output = Result<(), CatalogError>> + Send;
 
     /// Temporary credentials for the table's storage, inheriting the caller's privileges.
-    fn vend_credentials(&self, table: &TableRef, access: Access) -> impl Future<Output = Result<VendedCredentials, CatalogError>> + Send;
+    fn vend_credentials(
+        &self,
+        table: &TableRef,
+        access: Access,
+    ) -> impl Future<Output = Result<VendedCredentials, CatalogError>> + Send;
 }
 
 /// The property that records a registered writer.

@@ -50,7 +50,12 @@ pub fn quote_literal(text: &str) -> String {
 /// The table's quoted three-part name.
 #[must_use]
 pub fn quote_table(table: &TableRef) -> String {
-    format!("{}.{}.{}", quote_ident(table.catalog()), quote_ident(table.schema()), quote_ident(table.table()))
+    format!(
+        "{}.{}.{}",
+        quote_ident(table.catalog()),
+        quote_ident(table.schema()),
+        quote_ident(table.table())
+    )
 }
 
 fn column_def(name: &str, data_type: &DeltaType, nullable: bool, comment: Option<&str>) -> String {
@@ -66,7 +71,10 @@ fn column_def(name: &str, data_type: &DeltaType, nullable: bool, comment: Option
 }
 
 fn properties(pairs: &[(String, String)]) -> String {
-    let inner: Vec<String> = pairs.iter().map(|(k, v)| format!("{} = {}", quote_literal(k), quote_literal(v))).collect();
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{} = {}", quote_literal(k), quote_literal(v)))
+        .collect();
     format!("TBLPROPERTIES ({})", inner.join(", "))
 }
 
@@ -74,19 +82,34 @@ fn properties(pairs: &[(String, String)]) -> String {
 pub fn render(plan: &ReconcilePlan) -> Result<Vec<String>, CatalogError> {
     let refusals = plan.refusals();
     if !refusals.is_empty() {
-        return Err(CatalogError::Refused { table: plan.table.full_name(), refusals });
+        return Err(CatalogError::Refused {
+            table: plan.table.full_name(),
+            refusals,
+        });
     }
     let t = quote_table(&plan.table);
     let mut out = Vec::new();
     let mut props: Vec<(String, String)> = Vec::new();
     for action in &plan.actions {
         match action {
-            Action::CreateTable { columns, comment, properties: p } => {
+            Action::CreateTable {
+                columns,
+                comment,
+                properties: p,
+            } => {
                 let cols: Vec<String> = columns
                     .iter()
-                    .map(|c| column_def(&c.name, &c.data_type, c.nullable, c.comment.as_ref().map(|c| c.text.as_str())))
+                    .map(|c| {
+                        column_def(
+                            &c.name,
+                            &c.data_type,
+                            c.nullable,
+                            c.comment.as_ref().map(|c| c.text.as_str()),
+                        )
+                    })
                     .collect();
-                let pairs: Vec<(String, String)> = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let pairs: Vec<(String, String)> =
+                    p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 let mut create = format!("CREATE TABLE {t} ({})", cols.join(", "));
                 if !pairs.is_empty() {
                     create.push(' ');
@@ -98,16 +121,33 @@ pub fn render(plan: &ReconcilePlan) -> Result<Vec<String>, CatalogError> {
                 }
             }
             Action::AddColumn(c) => {
-                let def = column_def(&c.name, &c.data_type, true, c.comment.as_ref().map(|c| c.text.as_str()));
+                let def = column_def(
+                    &c.name,
+                    &c.data_type,
+                    true,
+                    c.comment.as_ref().map(|c| c.text.as_str()),
+                );
                 out.push(format!("ALTER TABLE {t} ADD COLUMN {def}"));
             }
             Action::WidenColumn { column, to, .. } => {
                 flush(&t, &mut props, &mut out);
-                out.push(format!("ALTER TABLE {t} ALTER COLUMN {} TYPE {}", quote_ident(column), to.ddl()));
+                out.push(format!(
+                    "ALTER TABLE {t} ALTER COLUMN {} TYPE {}",
+                    quote_ident(column),
+                    to.ddl()
+                ));
             }
-            Action::SetColumnComment { column, data_type, comment } => {
+            Action::SetColumnComment {
+                column,
+                data_type,
+                comment,
+            } => {
                 let q = quote_ident(column);
-                out.push(format!("ALTER TABLE {t} CHANGE COLUMN {q} {q} {} COMMENT {}", data_type.ddl(), quote_literal(comment)));
+                out.push(format!(
+                    "ALTER TABLE {t} CHANGE COLUMN {q} {q} {} COMMENT {}",
+                    data_type.ddl(),
+                    quote_literal(comment)
+                ));
             }
             Action::SetTableComment(c) => props.push(("comment".to_owned(), c.clone())),
             Action::SetProperty { key, value } => props.push((key.clone(), value.clone())),

@@ -106,7 +106,12 @@ impl DesiredTable {
     /// The table `table` should be to take batches of `schema`: every field mapped to Delta
     /// (a named error for any that cannot be), the contract's descriptions and properties, the
     /// reserved columns with their built-in descriptions, and the role's properties.
-    pub fn from_arrow(table: TableRef, schema: &Schema, contract: Option<&Contract>, role: Role) -> Result<DesiredTable, CatalogError> {
+    pub fn from_arrow(
+        table: TableRef,
+        schema: &Schema,
+        contract: Option<&Contract>,
+        role: Role,
+    ) -> Result<DesiredTable, CatalogError> {
         let bad = |column: &str, reason: &str| CatalogError::InvalidColumn {
             table: table.full_name(),
             column: column.to_owned(),
@@ -116,23 +121,51 @@ impl DesiredTable {
         for field in schema.fields() {
             let name = field.name();
             if !is_identifier_safe(name) {
-                return Err(bad(name, "column names must be ASCII letters, digits or underscores"));
+                return Err(bad(
+                    name,
+                    "column names must be ASCII letters, digits or underscores",
+                ));
             }
             if name.to_ascii_lowercase().starts_with(RESERVED_PREFIX) {
-                return Err(bad(name, "the _twg_ prefix is reserved for columns the sink stamps"));
+                return Err(bad(
+                    name,
+                    "the _twg_ prefix is reserved for columns the sink stamps",
+                ));
             }
-            if columns.iter().any(|c: &DesiredColumn| c.name.eq_ignore_ascii_case(name)) {
-                return Err(bad(name, "appears twice (Delta column names are case-insensitive)"));
+            if columns
+                .iter()
+                .any(|c: &DesiredColumn| c.name.eq_ignore_ascii_case(name))
+            {
+                return Err(bad(
+                    name,
+                    "appears twice (Delta column names are case-insensitive)",
+                ));
             }
             let data_type = DeltaType::from_arrow(name, field.data_type())?.loosened();
             let comment = contract
                 .and_then(|c| c.column_descriptions.get(name))
-                .map(|text| Comment { text: text.clone(), authority: Authority::Contract });
-            columns.push(DesiredColumn { name: name.clone(), data_type, nullable: field.is_nullable(), comment });
+                .map(|text| Comment {
+                    text: text.clone(),
+                    authority: Authority::Contract,
+                });
+            columns.push(DesiredColumn {
+                name: name.clone(),
+                data_type,
+                nullable: field.is_nullable(),
+                comment,
+            });
         }
         for (name, data_type, text) in RESERVED_COLUMNS {
-            let comment = Some(Comment { text: text.to_owned(), authority: Authority::Engine });
-            columns.push(DesiredColumn { name: name.to_owned(), data_type, nullable: false, comment });
+            let comment = Some(Comment {
+                text: text.to_owned(),
+                authority: Authority::Engine,
+            });
+            columns.push(DesiredColumn {
+                name: name.to_owned(),
+                data_type,
+                nullable: false,
+                comment,
+            });
         }
         let mut properties = BTreeMap::new();
         if let Some(c) = contract {
@@ -153,6 +186,12 @@ impl DesiredTable {
             }
         }
         let comment = contract.and_then(|c| c.table_description.clone());
-        Ok(DesiredTable { table, columns, comment, properties, role })
+        Ok(DesiredTable {
+            table,
+            columns,
+            comment,
+            properties,
+            role,
+        })
     }
 }

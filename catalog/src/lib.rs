@@ -45,9 +45,13 @@ pub mod local;
 #[cfg(feature = "unity")]
 pub mod unity;
 
-pub use catalog::{Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials, sink_property};
+pub use catalog::{
+    Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,
+    sink_property,
+};
 pub use desired::{
-    Authority, Comment, Contract, DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, RESERVED_COLUMNS, RESERVED_PREFIX, Role,
+    Authority, Comment, Contract, DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES,
+    RESERVED_COLUMNS, RESERVED_PREFIX, Role,
 };
 pub use error::CatalogError;
 pub use live::{LiveColumn, LiveTable};

@@ -39,6 +39,8 @@ impl LiveTable {
     /// The column named `name` (case-insensitive, as Delta compares names).
     #[must_use]
     pub fn column(&self, name: &str) -> Option<&LiveColumn> {
-        self.columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+        self.columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
     }
 }

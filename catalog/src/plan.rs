@@ -112,15 +112,31 @@ impl fmt::Display for Refusal {
             write!(f, "column {c}: ")?;
         }
         match &self.reason {
-            RefusalReason::Narrowing { live, wanted } => write!(f, "narrowing from {live} to {wanted}"),
-            RefusalReason::TypeConflict { live, wanted, why } => write!(f, "type conflict {live} vs {wanted} ({why})"),
-            RefusalReason::WideningNotAllowed { live, wanted } => {
-                write!(f, "widening {live} to {wanted} is lossless but not allowed by the policy")
+            RefusalReason::Narrowing { live, wanted } => {
+                write!(f, "narrowing from {live} to {wanted}")
             }
-            RefusalReason::NullabilityConflict => write!(f, "the table column is NOT NULL but the batches' field is nullable"),
-            RefusalReason::RequiredColumnMissing => write!(f, "a NOT NULL table column is missing from the batches"),
+            RefusalReason::TypeConflict { live, wanted, why } => {
+                write!(f, "type conflict {live} vs {wanted} ({why})")
+            }
+            RefusalReason::WideningNotAllowed { live, wanted } => {
+                write!(
+                    f,
+                    "widening {live} to {wanted} is lossless but not allowed by the policy"
+                )
+            }
+            RefusalReason::NullabilityConflict => write!(
+                f,
+                "the table column is NOT NULL but the batches' field is nullable"
+            ),
+            RefusalReason::RequiredColumnMissing => {
+                write!(f, "a NOT NULL table column is missing from the batches")
+            }
             RefusalReason::PrimaryRawPreconditions { unmet } => {
-                write!(f, "the table cannot hold the primary-raw role: {}", unmet.join(", "))
+                write!(
+                    f,
+                    "the table cannot hold the primary-raw role: {}",
+                    unmet.join(", ")
+                )
             }
         }
     }
@@ -175,11 +191,25 @@ pub enum Action {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::CreateTable { columns, properties, .. } => {
-                write!(f, "create table ({} columns, {} properties)", columns.len(), properties.len())
+            Action::CreateTable {
+                columns,
+                properties,
+                ..
+            } => {
+                write!(
+                    f,
+                    "create table ({} columns, {} properties)",
+                    columns.len(),
+                    properties.len()
+                )
             }
             Action::AddColumn(c) => write!(f, "add column {} {}", c.name, c.data_type.type_text()),
-            Action::WidenColumn { column, from, to } => write!(f, "widen {column} {} -> {}", from.type_text(), to.type_text()),
+            Action::WidenColumn { column, from, to } => write!(
+                f,
+                "widen {column} {} -> {}",
+                from.type_text(),
+                to.type_text()
+            ),
             Action::SetColumnComment { column, .. } => write!(f, "set comment of {column}"),
             Action::SetTableComment(_) => write!(f, "set table comment"),
             Action::SetProperty { key, value } => write!(f, "set property {key}={value}"),
@@ -209,7 +239,16 @@ impl ReconcilePlan {
     /// The refusals, if any; a plan with refusals must not be executed.
     #[must_use]
     pub fn refusals(&self) -> Vec<Refusal> {
-        self.actions.iter().filter_map(|a| if let Action::Refuse(r) = a { Some(r.clone()) } else { None }).collect()
+        self.actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::Refuse(r) = a {
+                    Some(r.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 }
 
@@ -232,7 +271,11 @@ impl fmt::Display for ReconcilePlan {
 /// Plans the changes that make `live` (None: absent) take `desired`, under `policy`.
 #[must_use]
 pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -> ReconcilePlan {
-    let mut p = ReconcilePlan { table: desired.table.clone(), actions: Vec::new(), notes: Vec::new() };
+    let mut p = ReconcilePlan {
+        table: desired.table.clone(),
+        actions: Vec::new(),
+        notes: Vec::new(),
+    };
     let Some(live) = live else {
         let mut properties = desired.properties.clone();
         properties.insert(MANAGED.to_owned(), "true".to_owned());
@@ -244,7 +287,11 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
         if let Some(comment) = &desired.comment {
             properties.insert(TABLE_COMMENT_HASH.to_owned(), comment_hash(comment));
         }
-        p.actions.push(Action::CreateTable { columns: desired.columns.clone(), comment: desired.comment.clone(), properties });
+        p.actions.push(Action::CreateTable {
+            columns: desired.columns.clone(),
+            comment: desired.comment.clone(),
+            properties,
+        });
         return p;
     };
     let mut refusals = Vec::new();
@@ -260,14 +307,20 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
             .map(|(k, v)| format!("{k} is {:?}, needs {v:?}", live.properties.get(*k)))
             .collect();
         if !unmet.is_empty() {
-            refusals.push(Refusal { column: None, reason: RefusalReason::PrimaryRawPreconditions { unmet } });
+            refusals.push(Refusal {
+                column: None,
+                reason: RefusalReason::PrimaryRawPreconditions { unmet },
+            });
         }
     }
 
     for d in &desired.columns {
         let Some(l) = live.column(&d.name) else {
             if !d.nullable {
-                p.notes.push(format!("column {} is added nullable: existing rows have no value", d.name));
+                p.notes.push(format!(
+                    "column {} is added nullable: existing rows have no value",
+                    d.name
+                ));
             }
             if let Some(c) = &d.comment {
                 properties.insert(comment_hash_key(&d.name), comment_hash(&c.text));
@@ -280,56 +333,107 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
         match live_type.can_widen_to(&wanted) {
             Widening::Same => {}
             Widening::Lossless if policy.allow_widening => {
-                widen.push(Action::WidenColumn { column: l.name.clone(), from: live_type.clone(), to: wanted.clone() });
+                widen.push(Action::WidenColumn {
+                    column: l.name.clone(),
+                    from: live_type.clone(),
+                    to: wanted.clone(),
+                });
             }
             Widening::Lossless => {
                 let (live, wanted) = names();
-                refusals.push(Refusal { column: Some(d.name.clone()), reason: RefusalReason::WideningNotAllowed { live, wanted } });
+                refusals.push(Refusal {
+                    column: Some(d.name.clone()),
+                    reason: RefusalReason::WideningNotAllowed { live, wanted },
+                });
             }
             Widening::Refused("narrowing") => {
                 let (live, wanted) = names();
-                refusals.push(Refusal { column: Some(d.name.clone()), reason: RefusalReason::Narrowing { live, wanted } });
+                refusals.push(Refusal {
+                    column: Some(d.name.clone()),
+                    reason: RefusalReason::Narrowing { live, wanted },
+                });
             }
             Widening::Refused(why) => {
                 let (live, wanted) = names();
-                refusals.push(Refusal { column: Some(d.name.clone()), reason: RefusalReason::TypeConflict { live, wanted, why } });
+                refusals.push(Refusal {
+                    column: Some(d.name.clone()),
+                    reason: RefusalReason::TypeConflict { live, wanted, why },
+                });
             }
         }
         if !l.nullable && d.nullable {
-            refusals.push(Refusal { column: Some(d.name.clone()), reason: RefusalReason::NullabilityConflict });
+            refusals.push(Refusal {
+                column: Some(d.name.clone()),
+                reason: RefusalReason::NullabilityConflict,
+            });
         }
         if let Some(c) = &d.comment {
-            match sync(&comment_hash_key(&d.name), &c.text, l.comment.as_deref(), live, policy) {
+            match sync(
+                &comment_hash_key(&d.name),
+                &c.text,
+                l.comment.as_deref(),
+                live,
+                policy,
+            ) {
                 Sync::Write => {
-                    comments.push(Action::SetColumnComment { column: l.name.clone(), data_type: wanted.clone(), comment: c.text.clone() });
+                    comments.push(Action::SetColumnComment {
+                        column: l.name.clone(),
+                        data_type: wanted.clone(),
+                        comment: c.text.clone(),
+                    });
                     properties.insert(comment_hash_key(&d.name), comment_hash(&c.text));
                 }
                 Sync::Keep => {}
-                Sync::Respect => p.notes.push(format!("column {}: comment edited by a person; left as is", d.name)),
+                Sync::Respect => p.notes.push(format!(
+                    "column {}: comment edited by a person; left as is",
+                    d.name
+                )),
             }
         }
     }
     for l in &live.columns {
-        if desired.columns.iter().any(|d| d.name.eq_ignore_ascii_case(&l.name)) {
+        if desired
+            .columns
+            .iter()
+            .any(|d| d.name.eq_ignore_ascii_case(&l.name))
+        {
             continue;
         }
         if l.nullable {
-            p.notes.push(format!("column {} is not in the batches; it stays (nullable)", l.name));
+            p.notes.push(format!(
+                "column {} is not in the batches; it stays (nullable)",
+                l.name
+            ));
         } else {
-            refusals.push(Refusal { column: Some(l.name.clone()), reason: RefusalReason::RequiredColumnMissing });
+            refusals.push(Refusal {
+                column: Some(l.name.clone()),
+                reason: RefusalReason::RequiredColumnMissing,
+            });
         }
     }
     if let Some(text) = &desired.comment {
-        match sync(TABLE_COMMENT_HASH, text, live.comment.as_deref(), live, policy) {
+        match sync(
+            TABLE_COMMENT_HASH,
+            text,
+            live.comment.as_deref(),
+            live,
+            policy,
+        ) {
             Sync::Write => {
                 comments.push(Action::SetTableComment(text.clone()));
                 properties.insert(TABLE_COMMENT_HASH.to_owned(), comment_hash(text));
             }
             Sync::Keep => {}
-            Sync::Respect => p.notes.push("table comment edited by a person; left as is".to_owned()),
+            Sync::Respect => p
+                .notes
+                .push("table comment edited by a person; left as is".to_owned()),
         }
     }
-    for (k, v) in desired.properties.iter().chain([(&MANAGED.to_owned(), &"true".to_owned())]) {
+    for (k, v) in desired
+        .properties
+        .iter()
+        .chain([(&MANAGED.to_owned(), &"true".to_owned())])
+    {
         let role_property = PRIMARY_RAW_PROPERTIES.iter().any(|(rk, _)| rk == k);
         if !role_property && live.properties.get(k) != Some(v) {
             properties.insert(k.clone(), v.clone());
@@ -341,12 +445,19 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
         return p;
     }
     if !widen.is_empty() && live.properties.get(TYPE_WIDENING).map(String::as_str) != Some("true") {
-        p.actions.push(Action::SetProperty { key: TYPE_WIDENING.to_owned(), value: "true".to_owned() });
+        p.actions.push(Action::SetProperty {
+            key: TYPE_WIDENING.to_owned(),
+            value: "true".to_owned(),
+        });
     }
     p.actions.extend(widen);
     p.actions.extend(adds);
     p.actions.extend(comments);
-    p.actions.extend(properties.into_iter().map(|(key, value)| Action::SetProperty { key, value }));
+    p.actions.extend(
+        properties
+            .into_iter()
+            .map(|(key, value)| Action::SetProperty { key, value }),
+    );
     p
 }
 
@@ -357,13 +468,23 @@ enum Sync {
 }
 
 /// Whether to write the managed comment `wanted` (recorded under `key`) over `live_text`.
-fn sync(key: &str, wanted: &str, live_text: Option<&str>, live: &LiveTable, policy: &Policy) -> Sync {
+fn sync(
+    key: &str,
+    wanted: &str,
+    live_text: Option<&str>,
+    live: &LiveTable,
+    policy: &Policy,
+) -> Sync {
     let wanted_hash = comment_hash(wanted);
     let recorded = live.properties.get(key);
     let live_hash = live_text.map(comment_hash);
     if live_hash.as_ref() == Some(&wanted_hash) {
         // Already the wanted text; record it if it is not recorded.
-        return if recorded == Some(&wanted_hash) { Sync::Keep } else { Sync::Write };
+        return if recorded == Some(&wanted_hash) {
+            Sync::Keep
+        } else {
+            Sync::Write
+        };
     }
     let edited_by_person = match (recorded, &live_hash) {
         (Some(recorded), Some(live_hash)) => recorded != live_hash,

@@ -27,7 +27,10 @@ impl TableRef {
         let [catalog, schema, table] = parts.as_slice() else {
             return Err(CatalogError::InvalidName {
                 name: full_name.to_owned(),
-                reason: format!("expected catalog.schema.table, found {} part(s)", parts.len()),
+                reason: format!(
+                    "expected catalog.schema.table, found {} part(s)",
+                    parts.len()
+                ),
             });
         };
         TableRef::new(catalog, schema, table)
@@ -39,11 +42,17 @@ impl TableRef {
             if !is_identifier_safe(part) {
                 return Err(CatalogError::InvalidName {
                     name: format!("{catalog}.{schema}.{table}"),
-                    reason: format!("{what} name {part:?} must be non-empty ASCII letters, digits or underscores"),
+                    reason: format!(
+                        "{what} name {part:?} must be non-empty ASCII letters, digits or underscores"
+                    ),
                 });
             }
         }
-        Ok(TableRef { catalog: catalog.to_owned(), schema: schema.to_owned(), table: table.to_owned() })
+        Ok(TableRef {
+            catalog: catalog.to_owned(),
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+        })
     }
 
     /// The catalog.
@@ -84,7 +93,10 @@ mod tests {
     #[test]
     fn names_are_validated_and_errors_name_the_part() {
         let t = TableRef::parse("main.bronze.orders_2").unwrap();
-        assert_eq!((t.catalog(), t.schema(), t.table()), ("main", "bronze", "orders_2"));
+        assert_eq!(
+            (t.catalog(), t.schema(), t.table()),
+            ("main", "bronze", "orders_2")
+        );
         assert_eq!(t.to_string(), "main.bronze.orders_2");
         let err = TableRef::parse("main.bronze").unwrap_err().to_string();
         assert!(err.contains("found 2 part(s)"), "{err}");

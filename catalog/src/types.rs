@@ -12,9 +12,9 @@
 //! | Timestamp(µs, Some(tz)) | timestamp (UTC instant) | TIMESTAMP |
 //! | Timestamp(µs, None) | timestamp_ntz | TIMESTAMP_NTZ |
 //! | Decimal128(p ≤ 38, s) | decimal(p,s) | DECIMAL |
-//! | List, LargeList | array<T> | ARRAY |
-//! | Struct | struct<...> | STRUCT |
-//! | Map | map<K,V> | MAP |
+//! | List, LargeList | `array<T>` | ARRAY |
+//! | Struct | `struct<...>` | STRUCT |
+//! | Map | `map<K,V>` | MAP |
 //! | Dictionary(_, V) | as V (dictionaries are hydrated on the wire) | |
 //!
 //! Everything else (unsigned integers, Float16, Date64, other timestamp units, times,
@@ -43,9 +43,19 @@ pub enum DeltaType {
     Date,
     Timestamp,
     TimestampNtz,
-    Decimal { precision: u8, scale: u8 },
-    Array { element: Box<DeltaType>, contains_null: bool },
-    Map { key: Box<DeltaType>, value: Box<DeltaType>, value_contains_null: bool },
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    Array {
+        element: Box<DeltaType>,
+        contains_null: bool,
+    },
+    Map {
+        key: Box<DeltaType>,
+        value: Box<DeltaType>,
+        value_contains_null: bool,
+    },
     Struct(Vec<DeltaField>),
 }
 
@@ -73,7 +83,11 @@ pub enum Widening {
 }
 
 fn unmappable(column: &str, data_type: &DataType, reason: impl Into<String>) -> CatalogError {
-    CatalogError::UnmappableType { column: column.to_owned(), arrow_type: data_type.to_string(), reason: reason.into() }
+    CatalogError::UnmappableType {
+        column: column.to_owned(),
+        arrow_type: data_type.to_string(),
+        reason: reason.into(),
+    }
 }
 
 impl DeltaType {
@@ -95,50 +109,122 @@ impl DeltaType {
             A::Timestamp(TimeUnit::Microsecond, Some(_)) => DeltaType::Timestamp,
             A::Timestamp(TimeUnit::Microsecond, None) => DeltaType::TimestampNtz,
             A::Timestamp(..) => {
-                return Err(unmappable(column, data_type, "Delta timestamps are microseconds: cast to Timestamp(Microsecond, ..)"));
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta timestamps are microseconds: cast to Timestamp(Microsecond, ..)",
+                ));
             }
-            A::Decimal128(p, s) if *p <= 38 && *s >= 0 && (*s as u8) <= *p => {
-                DeltaType::Decimal { precision: *p, scale: *s as u8 }
-            }
-            A::Decimal128(..) => return Err(unmappable(column, data_type, "Delta decimals need 1 <= precision <= 38 and 0 <= scale <= precision")),
-            A::Decimal256(..) => return Err(unmappable(column, data_type, "Delta decimals are at most 38 digits: cast to Decimal128")),
-            A::UInt8 | A::UInt16 | A::UInt32 | A::UInt64 => {
-                return Err(unmappable(column, data_type, "Delta has no unsigned integers: cast to a signed type one size up (UInt64 to Decimal128(20, 0))"));
-            }
-            A::Float16 => return Err(unmappable(column, data_type, "Delta has no half floats: cast to Float32")),
-            A::Date64 => return Err(unmappable(column, data_type, "Delta dates are days: cast to Date32")),
-            A::Null => return Err(unmappable(column, data_type, "a column of nulls has no Delta type: give it the type it will hold")),
-            A::List(f) | A::LargeList(f) | A::ListView(f) | A::LargeListView(f) => DeltaType::Array {
-                element: Box::new(DeltaType::from_arrow(&format!("{column}.element"), f.data_type())?),
-                contains_null: f.is_nullable(),
+            A::Decimal128(p, s) if *p <= 38 && *s >= 0 && (*s as u8) <= *p => DeltaType::Decimal {
+                precision: *p,
+                scale: *s as u8,
             },
+            A::Decimal128(..) => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta decimals need 1 <= precision <= 38 and 0 <= scale <= precision",
+                ));
+            }
+            A::Decimal256(..) => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta decimals are at most 38 digits: cast to Decimal128",
+                ));
+            }
+            A::UInt8 | A::UInt16 | A::UInt32 | A::UInt64 => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta has no unsigned integers: cast to a signed type one size up (UInt64 to Decimal128(20, 0))",
+                ));
+            }
+            A::Float16 => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta has no half floats: cast to Float32",
+                ));
+            }
+            A::Date64 => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "Delta dates are days: cast to Date32",
+                ));
+            }
+            A::Null => {
+                return Err(unmappable(
+                    column,
+                    data_type,
+                    "a column of nulls has no Delta type: give it the type it will hold",
+                ));
+            }
+            A::List(f) | A::LargeList(f) | A::ListView(f) | A::LargeListView(f) => {
+                DeltaType::Array {
+                    element: Box::new(DeltaType::from_arrow(
+                        &format!("{column}.element"),
+                        f.data_type(),
+                    )?),
+                    contains_null: f.is_nullable(),
+                }
+            }
             A::Struct(fields) => DeltaType::Struct(
                 fields
                     .iter()
                     .map(|f| {
                         let path = format!("{column}.{}", f.name());
                         if !is_identifier_safe(f.name()) {
-                            return Err(unmappable(&path, data_type, "field names must be ASCII letters, digits or underscores"));
+                            return Err(unmappable(
+                                &path,
+                                data_type,
+                                "field names must be ASCII letters, digits or underscores",
+                            ));
                         }
-                        Ok(DeltaField { name: f.name().clone(), data_type: DeltaType::from_arrow(&path, f.data_type())?, nullable: f.is_nullable() })
+                        Ok(DeltaField {
+                            name: f.name().clone(),
+                            data_type: DeltaType::from_arrow(&path, f.data_type())?,
+                            nullable: f.is_nullable(),
+                        })
                     })
                     .collect::<Result<_, _>>()?,
             ),
             A::Map(entries, _) => {
                 let A::Struct(kv) = entries.data_type() else {
-                    return Err(unmappable(column, data_type, "map entries must be a struct of key and value"));
+                    return Err(unmappable(
+                        column,
+                        data_type,
+                        "map entries must be a struct of key and value",
+                    ));
                 };
                 let [key, value] = kv.iter().collect::<Vec<_>>()[..] else {
-                    return Err(unmappable(column, data_type, "map entries must have exactly a key and a value"));
+                    return Err(unmappable(
+                        column,
+                        data_type,
+                        "map entries must have exactly a key and a value",
+                    ));
                 };
                 DeltaType::Map {
-                    key: Box::new(DeltaType::from_arrow(&format!("{column}.key"), key.data_type())?),
-                    value: Box::new(DeltaType::from_arrow(&format!("{column}.value"), value.data_type())?),
+                    key: Box::new(DeltaType::from_arrow(
+                        &format!("{column}.key"),
+                        key.data_type(),
+                    )?),
+                    value: Box::new(DeltaType::from_arrow(
+                        &format!("{column}.value"),
+                        value.data_type(),
+                    )?),
                     value_contains_null: value.is_nullable(),
                 }
             }
             A::Dictionary(_, value) => DeltaType::from_arrow(column, value)?,
-            other => return Err(unmappable(column, other, "no Delta type holds it: cast it to one (see the type map)")),
+            other => {
+                return Err(unmappable(
+                    column,
+                    other,
+                    "no Delta type holds it: cast it to one (see the type map)",
+                ));
+            }
         })
     }
 
@@ -159,19 +245,33 @@ impl DeltaType {
             DeltaType::Date => DataType::Date32,
             DeltaType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             DeltaType::TimestampNtz => DataType::Timestamp(TimeUnit::Microsecond, None),
-            DeltaType::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale as i8),
-            DeltaType::Array { element, contains_null } => {
-                DataType::List(Field::new("element", element.to_arrow(), *contains_null).into())
+            DeltaType::Decimal { precision, scale } => {
+                DataType::Decimal128(*precision, *scale as i8)
             }
-            DeltaType::Map { key, value, value_contains_null } => {
+            DeltaType::Array {
+                element,
+                contains_null,
+            } => DataType::List(Field::new("element", element.to_arrow(), *contains_null).into()),
+            DeltaType::Map {
+                key,
+                value,
+                value_contains_null,
+            } => {
                 let entries = Fields::from(vec![
                     Field::new("key", key.to_arrow(), false),
                     Field::new("value", value.to_arrow(), *value_contains_null),
                 ]);
-                DataType::Map(Field::new("key_value", DataType::Struct(entries), false).into(), false)
+                DataType::Map(
+                    Field::new("key_value", DataType::Struct(entries), false).into(),
+                    false,
+                )
             }
             DeltaType::Struct(fields) => DataType::Struct(
-                fields.iter().map(|f| Field::new(&f.name, f.data_type.to_arrow(), f.nullable)).collect::<Vec<_>>().into(),
+                fields
+                    .iter()
+                    .map(|f| Field::new(&f.name, f.data_type.to_arrow(), f.nullable))
+                    .collect::<Vec<_>>()
+                    .into(),
             ),
         }
     }
@@ -209,9 +309,14 @@ impl DeltaType {
             DeltaType::Long => "bigint".into(),
             DeltaType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
             DeltaType::Array { element, .. } => format!("array<{}>", element.type_text()),
-            DeltaType::Map { key, value, .. } => format!("map<{},{}>", key.type_text(), value.type_text()),
+            DeltaType::Map { key, value, .. } => {
+                format!("map<{},{}>", key.type_text(), value.type_text())
+            }
             DeltaType::Struct(fields) => {
-                let inner: Vec<String> = fields.iter().map(|f| format!("{}:{}", f.name, f.data_type.type_text())).collect();
+                let inner: Vec<String> = fields
+                    .iter()
+                    .map(|f| format!("{}:{}", f.name, f.data_type.type_text()))
+                    .collect();
                 format!("struct<{}>", inner.join(","))
             }
             other => other.type_name().to_ascii_lowercase(),
@@ -229,8 +334,16 @@ impl DeltaType {
             DeltaType::Array { element, .. } => format!("ARRAY<{}>", element.ddl()),
             DeltaType::Map { key, value, .. } => format!("MAP<{}, {}>", key.ddl(), value.ddl()),
             DeltaType::Struct(fields) => {
-                let inner: Vec<String> =
-                    fields.iter().map(|f| format!("{}: {}", crate::ddl::quote_ident(&f.name), f.data_type.ddl())).collect();
+                let inner: Vec<String> = fields
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "{}: {}",
+                            crate::ddl::quote_ident(&f.name),
+                            f.data_type.ddl()
+                        )
+                    })
+                    .collect();
                 format!("STRUCT<{}>", inner.join(", "))
             }
             other => other.type_name().to_owned(),
@@ -241,11 +354,20 @@ impl DeltaType {
     #[must_use]
     pub fn to_json(&self) -> Value {
         match self {
-            DeltaType::Decimal { precision, scale } => json!(format!("decimal({precision},{scale})")),
-            DeltaType::Array { element, contains_null } => {
+            DeltaType::Decimal { precision, scale } => {
+                json!(format!("decimal({precision},{scale})"))
+            }
+            DeltaType::Array {
+                element,
+                contains_null,
+            } => {
                 json!({"type": "array", "elementType": element.to_json(), "containsNull": contains_null})
             }
-            DeltaType::Map { key, value, value_contains_null } => json!({
+            DeltaType::Map {
+                key,
+                value,
+                value_contains_null,
+            } => json!({
                 "type": "map", "keyType": key.to_json(), "valueType": value.to_json(), "valueContainsNull": value_contains_null
             }),
             DeltaType::Struct(fields) => json!({
@@ -263,17 +385,37 @@ impl DeltaType {
             Value::String(name) => DeltaType::from_simple_name(name),
             Value::Object(o) => match o.get("type").and_then(Value::as_str) {
                 Some("array") => Ok(DeltaType::Array {
-                    element: Box::new(DeltaType::from_json(o.get("elementType").ok_or("array without elementType")?)?),
-                    contains_null: o.get("containsNull").and_then(Value::as_bool).unwrap_or(true),
+                    element: Box::new(DeltaType::from_json(
+                        o.get("elementType").ok_or("array without elementType")?,
+                    )?),
+                    contains_null: o
+                        .get("containsNull")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true),
                 }),
                 Some("map") => Ok(DeltaType::Map {
-                    key: Box::new(DeltaType::from_json(o.get("keyType").ok_or("map without keyType")?)?),
-                    value: Box::new(DeltaType::from_json(o.get("valueType").ok_or("map without valueType")?)?),
-                    value_contains_null: o.get("valueContainsNull").and_then(Value::as_bool).unwrap_or(true),
+                    key: Box::new(DeltaType::from_json(
+                        o.get("keyType").ok_or("map without keyType")?,
+                    )?),
+                    value: Box::new(DeltaType::from_json(
+                        o.get("valueType").ok_or("map without valueType")?,
+                    )?),
+                    value_contains_null: o
+                        .get("valueContainsNull")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true),
                 }),
                 Some("struct") => {
-                    let fields = o.get("fields").and_then(Value::as_array).ok_or("struct without fields")?;
-                    Ok(DeltaType::Struct(fields.iter().map(field_from_json).collect::<Result<_, _>>()?))
+                    let fields = o
+                        .get("fields")
+                        .and_then(Value::as_array)
+                        .ok_or("struct without fields")?;
+                    Ok(DeltaType::Struct(
+                        fields
+                            .iter()
+                            .map(field_from_json)
+                            .collect::<Result<_, _>>()?,
+                    ))
                 }
                 Some(other) => DeltaType::from_simple_name(other),
                 None => Err(format!("type object without a type: {value}")),
@@ -297,13 +439,24 @@ impl DeltaType {
             "date" => DeltaType::Date,
             "timestamp" | "timestamp_ltz" => DeltaType::Timestamp,
             "timestamp_ntz" => DeltaType::TimestampNtz,
-            "decimal" => DeltaType::Decimal { precision: 10, scale: 0 },
+            "decimal" => DeltaType::Decimal {
+                precision: 10,
+                scale: 0,
+            },
             s if s.starts_with("varchar(") || s.starts_with("char(") => DeltaType::String,
             s if s.starts_with("decimal(") && s.ends_with(')') => {
                 let inner = &s["decimal(".len()..s.len() - 1];
-                let (p, sc) = inner.split_once(',').ok_or_else(|| format!("bad decimal {name}"))?;
-                let precision: u8 = p.trim().parse().map_err(|_| format!("bad decimal precision in {name}"))?;
-                let scale: u8 = sc.trim().parse().map_err(|_| format!("bad decimal scale in {name}"))?;
+                let (p, sc) = inner
+                    .split_once(',')
+                    .ok_or_else(|| format!("bad decimal {name}"))?;
+                let precision: u8 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad decimal precision in {name}"))?;
+                let scale: u8 = sc
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad decimal scale in {name}"))?;
                 if precision == 0 || precision > 38 || scale > precision {
                     return Err(format!("decimal out of range: {name}"));
                 }
@@ -319,7 +472,10 @@ impl DeltaType {
     #[must_use]
     pub fn loosened(&self) -> DeltaType {
         match self {
-            DeltaType::Array { element, .. } => DeltaType::Array { element: Box::new(element.loosened()), contains_null: true },
+            DeltaType::Array { element, .. } => DeltaType::Array {
+                element: Box::new(element.loosened()),
+                contains_null: true,
+            },
             DeltaType::Map { key, value, .. } => DeltaType::Map {
                 key: Box::new(key.loosened()),
                 value: Box::new(value.loosened()),
@@ -328,7 +484,11 @@ impl DeltaType {
             DeltaType::Struct(fields) => DeltaType::Struct(
                 fields
                     .iter()
-                    .map(|f| DeltaField { name: f.name.clone(), data_type: f.data_type.loosened(), nullable: true })
+                    .map(|f| DeltaField {
+                        name: f.name.clone(),
+                        data_type: f.data_type.loosened(),
+                        nullable: true,
+                    })
                     .collect(),
             ),
             other => other.clone(),
@@ -365,13 +525,15 @@ impl DeltaType {
             _ => None,
         };
         Some(match (self, to) {
-            (D::Byte, D::Short | D::Integer | D::Long) | (D::Short, D::Integer | D::Long) | (D::Integer, D::Long) => {
-                Widening::Lossless
+            (D::Byte, D::Short | D::Integer | D::Long)
+            | (D::Short, D::Integer | D::Long)
+            | (D::Integer, D::Long) => Widening::Lossless,
+            (D::Byte | D::Short | D::Integer, D::Double)
+            | (D::Float, D::Double)
+            | (D::Date, D::TimestampNtz) => Widening::Lossless,
+            (D::Long, D::Double) => {
+                Widening::Refused("bigint to double loses precision above 2^53")
             }
-            (D::Byte | D::Short | D::Integer, D::Double) | (D::Float, D::Double) | (D::Date, D::TimestampNtz) => {
-                Widening::Lossless
-            }
-            (D::Long, D::Double) => Widening::Refused("bigint to double loses precision above 2^53"),
             (from, D::Decimal { precision, scale }) if int_digits(from).is_some() => {
                 // Delta's minimum targets: decimal(10,0) for byte/short/int, decimal(20,0) for long.
                 let needed = if matches!(from, D::Long) { 20 } else { 10 };
@@ -381,11 +543,22 @@ impl DeltaType {
                     Widening::Refused("the decimal has too few integer digits for the integer type")
                 }
             }
-            (D::Decimal { precision: p, scale: s }, D::Decimal { precision: p2, scale: s2 }) => {
+            (
+                D::Decimal {
+                    precision: p,
+                    scale: s,
+                },
+                D::Decimal {
+                    precision: p2,
+                    scale: s2,
+                },
+            ) => {
                 if p2 >= p && s2 >= s && (p2 - p) >= (s2 - s) {
                     Widening::Lossless
                 } else {
-                    Widening::Refused("a decimal may only gain precision at least as much as it gains scale")
+                    Widening::Refused(
+                        "a decimal may only gain precision at least as much as it gains scale",
+                    )
                 }
             }
             _ => return None,
@@ -395,7 +568,12 @@ impl DeltaType {
 
 /// A field in Spark's JSON schema format; `comment` goes in its metadata.
 #[must_use]
-pub fn field_json(name: &str, data_type: &DeltaType, nullable: bool, comment: Option<&str>) -> Value {
+pub fn field_json(
+    name: &str,
+    data_type: &DeltaType,
+    nullable: bool,
+    comment: Option<&str>,
+) -> Value {
     let metadata = match comment {
         Some(c) => json!({ "comment": c }),
         None => json!({}),
@@ -404,10 +582,20 @@ pub fn field_json(name: &str, data_type: &DeltaType, nullable: bool, comment: Op
 }
 
 fn field_from_json(value: &Value) -> Result<DeltaField, String> {
-    let name = value.get("name").and_then(Value::as_str).ok_or("struct field without a name")?;
+    let name = value
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("struct field without a name")?;
     let data_type = DeltaType::from_json(value.get("type").ok_or("struct field without a type")?)?;
-    let nullable = value.get("nullable").and_then(Value::as_bool).unwrap_or(true);
-    Ok(DeltaField { name: name.to_owned(), data_type, nullable })
+    let nullable = value
+        .get("nullable")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    Ok(DeltaField {
+        name: name.to_owned(),
+        data_type,
+        nullable,
+    })
 }
 
 #[cfg(test)]
@@ -415,7 +603,10 @@ mod tests {
     use super::*;
 
     fn every_type() -> Vec<(DataType, &'static str)> {
-        let kv = Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Int64, true)]);
+        let kv = Fields::from(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("value", DataType::Int64, true),
+        ]);
         vec![
             (DataType::Boolean, "boolean"),
             (DataType::Int8, "tinyint"),
@@ -427,16 +618,40 @@ mod tests {
             (DataType::LargeUtf8, "string"),
             (DataType::Binary, "binary"),
             (DataType::Date32, "date"),
-            (DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), "timestamp"),
-            (DataType::Timestamp(TimeUnit::Microsecond, None), "timestamp_ntz"),
-            (DataType::Decimal128(10, 2), "decimal(10,2)"),
-            (DataType::List(Field::new("item", DataType::Utf8, true).into()), "array<string>"),
             (
-                DataType::Struct(vec![Field::new("a", DataType::Int32, false), Field::new("b", DataType::Utf8, true)].into()),
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                "timestamp",
+            ),
+            (
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                "timestamp_ntz",
+            ),
+            (DataType::Decimal128(10, 2), "decimal(10,2)"),
+            (
+                DataType::List(Field::new("item", DataType::Utf8, true).into()),
+                "array<string>",
+            ),
+            (
+                DataType::Struct(
+                    vec![
+                        Field::new("a", DataType::Int32, false),
+                        Field::new("b", DataType::Utf8, true),
+                    ]
+                    .into(),
+                ),
                 "struct<a:int,b:string>",
             ),
-            (DataType::Map(Field::new("entries", DataType::Struct(kv), false).into(), false), "map<string,bigint>"),
-            (DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), "string"),
+            (
+                DataType::Map(
+                    Field::new("entries", DataType::Struct(kv), false).into(),
+                    false,
+                ),
+                "map<string,bigint>",
+            ),
+            (
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                "string",
+            ),
         ]
     }
 
@@ -445,9 +660,21 @@ mod tests {
         for (arrow, text) in every_type() {
             let delta = DeltaType::from_arrow("c", &arrow).unwrap();
             assert_eq!(delta.type_text(), text, "{arrow}");
-            assert_eq!(DeltaType::from_json(&delta.to_json()).unwrap(), delta, "{arrow} via json");
-            assert_eq!(DeltaType::from_arrow("c", &delta.to_arrow()).unwrap(), delta, "{arrow} via arrow");
-            assert_eq!(DeltaType::from_json(&json!(delta.type_text())).is_ok(), !text.contains('<'), "{text}");
+            assert_eq!(
+                DeltaType::from_json(&delta.to_json()).unwrap(),
+                delta,
+                "{arrow} via json"
+            );
+            assert_eq!(
+                DeltaType::from_arrow("c", &delta.to_arrow()).unwrap(),
+                delta,
+                "{arrow} via arrow"
+            );
+            assert_eq!(
+                DeltaType::from_json(&json!(delta.type_text())).is_ok(),
+                !text.contains('<'),
+                "{text}"
+            );
         }
     }
 
@@ -462,8 +689,13 @@ mod tests {
             DataType::Decimal256(40, 2),
             DataType::Duration(TimeUnit::Second),
         ] {
-            let err = DeltaType::from_arrow("orders.amount", &arrow).unwrap_err().to_string();
-            assert!(err.contains("orders.amount") && err.contains(&arrow.to_string()), "{err}");
+            let err = DeltaType::from_arrow("orders.amount", &arrow)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("orders.amount") && err.contains(&arrow.to_string()),
+                "{err}"
+            );
         }
         let nested = DataType::Struct(vec![Field::new("bad-name", DataType::Int32, true)].into());
         let err = DeltaType::from_arrow("c", &nested).unwrap_err().to_string();
@@ -473,7 +705,10 @@ mod tests {
     #[test]
     fn widening_follows_delta_and_refuses_loss() {
         use DeltaType as D;
-        let dec = |p, s| D::Decimal { precision: p, scale: s };
+        let dec = |p, s| D::Decimal {
+            precision: p,
+            scale: s,
+        };
         let ok = [
             (D::Byte, D::Short),
             (D::Short, D::Long),
@@ -486,7 +721,11 @@ mod tests {
             (dec(10, 1), dec(12, 3)),
         ];
         for (from, to) in ok {
-            assert_eq!(from.can_widen_to(&to), Widening::Lossless, "{from:?} -> {to:?}");
+            assert_eq!(
+                from.can_widen_to(&to),
+                Widening::Lossless,
+                "{from:?} -> {to:?}"
+            );
         }
         let refused = [
             (D::Long, D::Double),
@@ -499,9 +738,15 @@ mod tests {
             (D::Timestamp, D::TimestampNtz),
         ];
         for (from, to) in refused {
-            assert!(matches!(from.can_widen_to(&to), Widening::Refused(_)), "{from:?} -> {to:?}");
+            assert!(
+                matches!(from.can_widen_to(&to), Widening::Refused(_)),
+                "{from:?} -> {to:?}"
+            );
         }
-        assert_eq!(D::Long.can_widen_to(&D::Integer), Widening::Refused("narrowing"));
+        assert_eq!(
+            D::Long.can_widen_to(&D::Integer),
+            Widening::Refused("narrowing")
+        );
         assert_eq!(D::Long.can_widen_to(&D::Long), Widening::Same);
     }
 }

@@ -9,6 +9,9 @@
 //! - [`ops`]: the one operation enum shared by the quickcheck properties and the cargo-fuzz
 //!   target, and the harness that applies it.
 //!
+//! - [`uc_stub`] (feature `uc-stub`, on by default): a loopback stub of the Unity Catalog REST and
+//!   SQL Statement APIs that applies the DDL it receives after parsing it with sqlparser.
+//!
 //! Planned (not built yet): the loopback Zerobus emulator (a real Arrow Flight server) and the
 //! `zerobus-local` binary.
 
@@ -19,6 +22,8 @@ pub mod ops;
 pub mod oracle;
 pub mod rng;
 pub mod sim;
+#[cfg(feature = "uc-stub")]
+pub mod uc_stub;
 
 pub use batch::SimBatch;
 pub use ops::{Harness, Op};

@@ -1,0 +1,309 @@
+//! The local backend: real Delta tables under a root folder (`root/catalog/schema/table`), with
+//! delta-rs and no datafusion. The embedded default: the demo and the tests use it.
+//!
+//! Column comments live in the fields' `comment` metadata, the table comment in the Delta
+//! metadata's description, properties in its configuration: where Databricks keeps them too.
+//! Not supported here: type widening (delta-rs has no in-place type change); a plan that widens
+//! fails with a named error before anything is written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use deltalake::DeltaTable;
+use deltalake::kernel::{MetadataValue, StructField};
+use deltalake::operations::update_table_metadata::TableMetadataUpdate;
+use url::Url;
+
+use crate::catalog::{
+    Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,
+    sink_property,
+};
+use crate::desired::{DesiredColumn, DesiredTable};
+use crate::error::CatalogError;
+use crate::live::{LiveColumn, LiveTable};
+use crate::plan::{Action, Policy, plan};
+use crate::table_ref::TableRef;
+use crate::types::{DeltaType, field_json};
+
+/// Delta tables under a root folder.
+#[derive(Clone, Debug)]
+pub struct LocalDelta {
+    root: PathBuf,
+}
+
+impl LocalDelta {
+    /// Tables live under `root`, which is created if absent.
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>) -> LocalDelta {
+        LocalDelta { root: root.into() }
+    }
+
+    /// Where `table` lives.
+    #[must_use]
+    pub fn location(&self, table: &TableRef) -> PathBuf {
+        self.root
+            .join(table.catalog())
+            .join(table.schema())
+            .join(table.table())
+    }
+
+    fn url(&self, table: &TableRef) -> Result<Url, CatalogError> {
+        let path = self.location(table);
+        std::fs::create_dir_all(&path).map_err(|e| delta_err(table, "create folder", e))?;
+        let absolute =
+            std::fs::canonicalize(&path).map_err(|e| delta_err(table, "resolve folder", e))?;
+        Url::from_directory_path(&absolute)
+            .map_err(|()| delta_err(table, "folder url", format!("{}", absolute.display())))
+    }
+
+    async fn open(&self, table: &TableRef) -> Result<DeltaTable, CatalogError> {
+        let url = self.url(table)?;
+        deltalake::open_table(url)
+            .await
+            .map_err(|e| delta_err(table, "open", e))
+    }
+}
+
+fn delta_err(table: &TableRef, operation: &'static str, e: impl std::fmt::Display) -> CatalogError {
+    CatalogError::Delta {
+        table: table.full_name(),
+        operation,
+        message: e.to_string(),
+    }
+}
+
+fn kernel_field(
+    table: &TableRef,
+    name: &str,
+    data_type: &DeltaType,
+    nullable: bool,
+    comment: Option<&str>,
+) -> Result<StructField, CatalogError> {
+    serde_json::from_value(field_json(name, data_type, nullable, comment))
+        .map_err(|e| delta_err(table, "build field", e))
+}
+
+fn kernel_fields(
+    table: &TableRef,
+    columns: &[DesiredColumn],
+    force_nullable: bool,
+) -> Result<Vec<StructField>, CatalogError> {
+    columns
+        .iter()
+        .map(|c| {
+            kernel_field(
+                table,
+                &c.name,
+                &c.data_type,
+                c.nullable || force_nullable,
+                c.comment.as_ref().map(|c| c.text.as_str()),
+            )
+        })
+        .collect()
+}
+
+fn is_delta_table(path: &Path) -> bool {
+    path.join("_delta_log").is_dir()
+        && std::fs::read_dir(path.join("_delta_log")).is_ok_and(|mut d| d.next().is_some())
+}
+
+impl TableCatalog for LocalDelta {
+    async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        if !is_delta_table(&self.location(table)) {
+            return Ok(None);
+        }
+        let t = self.open(table).await?;
+        let snapshot = t.snapshot().map_err(|e| delta_err(table, "snapshot", e))?;
+        let schema = serde_json::to_value(snapshot.schema().as_ref())
+            .map_err(|e| delta_err(table, "read schema", e))?;
+        let fields = schema
+            .get("fields")
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut columns = Vec::with_capacity(fields.len());
+        for f in fields {
+            let name = f
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let data_type = f
+                .get("type")
+                .map(DeltaType::from_json)
+                .transpose()
+                .map_err(|reason| CatalogError::LiveSchema {
+                    table: table.full_name(),
+                    column: name.clone(),
+                    reason,
+                })?;
+            let data_type = data_type.ok_or_else(|| CatalogError::LiveSchema {
+                table: table.full_name(),
+                column: name.clone(),
+                reason: "no type".into(),
+            })?;
+            let nullable = f
+                .get("nullable")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true);
+            let comment = f
+                .pointer("/metadata/comment")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned);
+            columns.push(LiveColumn {
+                name,
+                data_type,
+                nullable,
+                comment,
+            });
+        }
+        let metadata = snapshot.metadata();
+        let properties: BTreeMap<String, String> = metadata
+            .configuration()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(Some(LiveTable {
+            table: table.clone(),
+            columns,
+            comment: metadata.description().map(str::to_owned),
+            properties,
+            table_id: Some(metadata.id().to_owned()),
+            storage_location: Some(self.url(table)?.to_string()),
+        }))
+    }
+
+    async fn reconcile(
+        &self,
+        desired: &DesiredTable,
+        policy: &Policy,
+    ) -> Result<ReconcileOutcome, CatalogError> {
+        let table = &desired.table;
+        let live = self.describe(table).await?;
+        let plan = plan(live.as_ref(), desired, policy);
+        let refusals = plan.refusals();
+        if !refusals.is_empty() {
+            return Err(CatalogError::Refused {
+                table: table.full_name(),
+                refusals,
+            });
+        }
+        if let Some(Action::WidenColumn { column, .. }) = plan
+            .actions
+            .iter()
+            .find(|a| matches!(a, Action::WidenColumn { .. }))
+        {
+            return Err(delta_err(
+                table,
+                "widen",
+                format!("column {column}: delta-rs cannot change a column's type in place"),
+            ));
+        }
+        let mut executed = Vec::new();
+        let mut properties: HashMap<String, String> = HashMap::new();
+        for action in &plan.actions {
+            match action {
+                Action::CreateTable {
+                    columns,
+                    comment,
+                    properties: p,
+                } => {
+                    let base = DeltaTable::try_from_url(self.url(table)?)
+                        .await
+                        .map_err(|e| delta_err(table, "locate", e))?;
+                    let mut create = base
+                        .create()
+                        .with_table_name(table.table())
+                        .with_columns(kernel_fields(table, columns, false)?)
+                        .with_configuration(p.iter().map(|(k, v)| (k.clone(), Some(v.clone()))))
+                        .with_raise_if_key_not_exists(false);
+                    if let Some(c) = comment {
+                        create = create.with_comment(c);
+                    }
+                    create.await.map_err(|e| delta_err(table, "create", e))?;
+                }
+                Action::AddColumn(c) => {
+                    let field = kernel_field(
+                        table,
+                        &c.name,
+                        &c.data_type,
+                        true,
+                        c.comment.as_ref().map(|c| c.text.as_str()),
+                    )?;
+                    let t = self.open(table).await?;
+                    t.add_columns()
+                        .with_fields([field])
+                        .await
+                        .map_err(|e| delta_err(table, "add column", e))?;
+                }
+                Action::SetColumnComment {
+                    column, comment, ..
+                } => {
+                    let t = self.open(table).await?;
+                    let metadata = HashMap::from([(
+                        "comment".to_owned(),
+                        MetadataValue::String(comment.clone()),
+                    )]);
+                    t.update_field_metadata()
+                        .with_field_name(column)
+                        .with_metadata(metadata)
+                        .await
+                        .map_err(|e| delta_err(table, "set column comment", e))?;
+                }
+                Action::SetTableComment(c) => {
+                    let t = self.open(table).await?;
+                    let update = TableMetadataUpdate {
+                        name: None,
+                        description: Some(c.clone()),
+                    };
+                    t.update_table_metadata()
+                        .with_update(update)
+                        .await
+                        .map_err(|e| delta_err(table, "set table comment", e))?;
+                }
+                Action::SetProperty { key, value } => {
+                    properties.insert(key.clone(), value.clone());
+                    executed.push(action.to_string());
+                    continue;
+                }
+                _ => {}
+            }
+            executed.push(action.to_string());
+        }
+        if !properties.is_empty() {
+            let t = self.open(table).await?;
+            t.set_tbl_properties()
+                .with_properties(properties)
+                .with_raise_if_not_exists(false)
+                .await
+                .map_err(|e| delta_err(table, "set properties", e))?;
+        }
+        Ok(ReconcileOutcome { plan, executed })
+    }
+
+    async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
+        let t = self.open(table).await?;
+        let properties = HashMap::from([(sink_property(sink), "registered".to_owned())]);
+        t.set_tbl_properties()
+            .with_properties(properties)
+            .with_raise_if_not_exists(false)
+            .await
+            .map_err(|e| delta_err(table, "register sink", e))?;
+        Ok(())
+    }
+
+    async fn vend_credentials(
+        &self,
+        table: &TableRef,
+        _access: Access,
+    ) -> Result<VendedCredentials, CatalogError> {
+        if !is_delta_table(&self.location(table)) {
+            return Err(delta_err(table, "vend credentials", "no such table"));
+        }
+        Ok(VendedCredentials {
+            url: self.url(table)?.to_string(),
+            expires_at_ms: None,
+            credentials: CloudCredentials::None,
+        })
+    }
+}

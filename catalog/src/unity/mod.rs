@@ -1,0 +1,437 @@
+//! The Unity Catalog backend: describe through the UC REST API, DDL through the SQL Statement
+//! Execution API on a warehouse, temporary table credentials, OAuth M2M (UNITY_CATALOG.md).
+//!
+//! HTTP 429 and 5xx are retried (a few times, with backoff); other errors are permanent and
+//! name the table. A refused token is dropped and the call retried once with a fresh one.
+//! Secrets never appear in errors, logs or `Debug` output.
+
+mod auth;
+mod models;
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+pub use auth::{Auth, Secret};
+
+use crate::catalog::{
+    Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,
+    sink_property,
+};
+use crate::ddl;
+use crate::desired::DesiredTable;
+use crate::error::CatalogError;
+use crate::live::{LiveColumn, LiveTable};
+use crate::plan::{Action, Policy, ReconcilePlan, plan};
+use crate::table_ref::TableRef;
+use crate::types::DeltaType;
+
+use auth::TokenSource;
+use models::{ServiceError, StatementResponse, TableInfo, TemporaryCredentials};
+
+/// Where and how to reach Unity Catalog.
+#[derive(Clone, Debug)]
+pub struct UnityConfig {
+    /// The workspace URL, e.g. `https://dbc-123.cloud.databricks.com` (or a loopback server).
+    pub workspace_url: String,
+    /// The SQL warehouse that runs DDL.
+    pub warehouse_id: String,
+    /// Credentials.
+    pub auth: Auth,
+    /// How long one statement may run before it is cancelled.
+    pub statement_timeout: Duration,
+    /// Attempts for a retryable HTTP failure (429, 5xx, transport).
+    pub max_attempts: u32,
+    /// Delay before the first retry (doubles each time).
+    pub retry_backoff: Duration,
+}
+
+impl UnityConfig {
+    /// Defaults: statements may run 5 minutes; 4 attempts from 200 ms.
+    #[must_use]
+    pub fn new(
+        workspace_url: impl Into<String>,
+        warehouse_id: impl Into<String>,
+        auth: Auth,
+    ) -> UnityConfig {
+        UnityConfig {
+            workspace_url: workspace_url.into().trim_end_matches('/').to_owned(),
+            warehouse_id: warehouse_id.into(),
+            auth,
+            statement_timeout: Duration::from_secs(300),
+            max_attempts: 4,
+            retry_backoff: Duration::from_millis(200),
+        }
+    }
+}
+
+/// The Unity Catalog backend of [`TableCatalog`].
+#[derive(Debug)]
+pub struct UnityCatalog {
+    config: UnityConfig,
+    http: reqwest::Client,
+    tokens: TokenSource,
+}
+
+impl UnityCatalog {
+    /// A backend for `config`.
+    pub fn new(config: UnityConfig) -> Result<UnityCatalog, CatalogError> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("zerobus-sink-catalog/", env!("CARGO_PKG_VERSION")))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| CatalogError::Transport {
+                operation: "client",
+                target: config.workspace_url.clone(),
+                message: e.to_string(),
+            })?;
+        let tokens = TokenSource::new(
+            config.auth.clone(),
+            format!("{}/oidc/v1/token", config.workspace_url),
+        );
+        Ok(UnityCatalog {
+            config,
+            http,
+            tokens,
+        })
+    }
+
+    /// One JSON call: retries what is retryable, refreshes a refused token once. Returns the
+    /// status and the body (`Null` when empty).
+    async fn call(
+        &self,
+        operation: &'static str,
+        target: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), CatalogError> {
+        let url = format!("{}{path}", self.config.workspace_url);
+        let mut delay = self.config.retry_backoff;
+        let mut refreshed = false;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self.http.request(method.clone(), &url);
+            if let Some(header) = self.tokens.header(&self.http).await? {
+                request = request.header(reqwest::header::AUTHORIZATION, header);
+            }
+            if let Some(b) = body {
+                request = request.json(b);
+            }
+            let result = request.send().await;
+            let outcome = match result {
+                Err(e) => Err(CatalogError::Transport {
+                    operation,
+                    target: target.to_owned(),
+                    message: e.without_url().to_string(),
+                }),
+                Ok(response) => {
+                    let status = response.status();
+                    let text = response.text().await.unwrap_or_default();
+                    let value: Value = if text.trim().is_empty() {
+                        Value::Null
+                    } else {
+                        serde_json::from_str(&text).unwrap_or(Value::String(text))
+                    };
+                    if status.is_success() || status == StatusCode::NOT_FOUND {
+                        return Ok((status, value));
+                    }
+                    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+                        && !refreshed
+                        && matches!(self.config.auth, Auth::OAuthM2M { .. })
+                    {
+                        refreshed = true;
+                        self.tokens.invalidate().await;
+                        continue;
+                    }
+                    Err(http_error(operation, target, status, &value))
+                }
+            };
+            match outcome {
+                Err(e) if e.is_retryable() && attempt < self.config.max_attempts => {
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs one statement on the warehouse and waits for a terminal state.
+    async fn execute(&self, table: &TableRef, statement: &str) -> Result<(), CatalogError> {
+        let target = table.full_name();
+        let body = json!({
+            "statement": statement,
+            "warehouse_id": self.config.warehouse_id,
+            "wait_timeout": "30s",
+            "on_wait_timeout": "CONTINUE",
+        });
+        let (_, value) = self
+            .call(
+                "execute statement",
+                &target,
+                Method::POST,
+                "/api/2.0/sql/statements",
+                Some(&body),
+            )
+            .await?;
+        let mut response: StatementResponse = decode("execute statement", &target, value)?;
+        let deadline = tokio::time::Instant::now() + self.config.statement_timeout;
+        let mut poll = Duration::from_millis(100);
+        while matches!(response.status.state.as_str(), "PENDING" | "RUNNING") {
+            if tokio::time::Instant::now() >= deadline {
+                let cancel = format!("/api/2.0/sql/statements/{}/cancel", response.statement_id);
+                let _ = self
+                    .call("cancel statement", &target, Method::POST, &cancel, None)
+                    .await;
+                return Err(CatalogError::StatementFailed {
+                    table: target,
+                    statement: summary(statement),
+                    state: "TIMED OUT".into(),
+                    message: format!(
+                        "not finished within {:?}; cancelled",
+                        self.config.statement_timeout
+                    ),
+                });
+            }
+            tokio::time::sleep(poll).await;
+            poll = (poll * 2).min(Duration::from_secs(5));
+            let path = format!("/api/2.0/sql/statements/{}", response.statement_id);
+            let (_, value) = self
+                .call("poll statement", &target, Method::GET, &path, None)
+                .await?;
+            response = decode("poll statement", &target, value)?;
+        }
+        if response.status.state == "SUCCEEDED" {
+            return Ok(());
+        }
+        let error = response.status.error.unwrap_or(models::StatementError {
+            message: None,
+            error_code: None,
+        });
+        let message = match (error.error_code, error.message) {
+            (Some(code), Some(m)) => format!("{code}: {m}"),
+            (None, Some(m)) => m,
+            (Some(code), None) => code,
+            (None, None) => "no message".into(),
+        };
+        Err(CatalogError::StatementFailed {
+            table: target,
+            statement: summary(statement),
+            state: response.status.state,
+            message,
+        })
+    }
+
+    async fn execute_plan(&self, plan: ReconcilePlan) -> Result<ReconcileOutcome, CatalogError> {
+        let statements = ddl::render(&plan)?;
+        for s in &statements {
+            self.execute(&plan.table, s).await?;
+        }
+        Ok(ReconcileOutcome {
+            plan,
+            executed: statements,
+        })
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    operation: &'static str,
+    target: &str,
+    value: Value,
+) -> Result<T, CatalogError> {
+    serde_json::from_value(value).map_err(|e| CatalogError::Decode {
+        operation,
+        target: target.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// A statement's first words, for errors: never its literals (comments may be long or private).
+fn summary(statement: &str) -> String {
+    statement
+        .split_whitespace()
+        .take(4)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn http_error(
+    operation: &'static str,
+    target: &str,
+    status: StatusCode,
+    body: &Value,
+) -> CatalogError {
+    let parsed: Option<ServiceError> = serde_json::from_value(body.clone()).ok();
+    let (code, message) = match parsed {
+        Some(e) => {
+            let nested = e.error.as_deref();
+            (
+                e.error_code
+                    .or_else(|| nested.and_then(|n| n.error_code.clone())),
+                e.message
+                    .or_else(|| nested.and_then(|n| n.message.clone()))
+                    .unwrap_or_default(),
+            )
+        }
+        None => (
+            None,
+            body.as_str()
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect(),
+        ),
+    };
+    CatalogError::Http {
+        operation,
+        target: target.to_owned(),
+        status: status.as_u16(),
+        code,
+        message,
+        retryable: status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error(),
+    }
+}
+
+/// A column's type from what UC returns: `type_json` first, then `type_text`, then `type_name`.
+fn column_type(c: &models::ColumnInfo) -> Result<DeltaType, String> {
+    if let Some(json) = &c.type_json {
+        let field: Value = serde_json::from_str(json).map_err(|e| format!("type_json: {e}"))?;
+        if let Some(t) = field.get("type") {
+            return DeltaType::from_json(t);
+        }
+    }
+    if let Some(text) = &c.type_text
+        && let Ok(t) = DeltaType::from_json(&Value::String(text.clone()))
+    {
+        return Ok(t);
+    }
+    match (c.type_name.as_deref(), c.type_precision, c.type_scale) {
+        (Some("DECIMAL"), Some(p), Some(s)) => Ok(DeltaType::Decimal {
+            precision: p,
+            scale: s,
+        }),
+        (Some(name), ..) => DeltaType::from_json(&Value::String(name.to_owned())),
+        (None, ..) => Err("no type_json, type_text or type_name".into()),
+    }
+}
+
+impl TableCatalog for UnityCatalog {
+    async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        let target = table.full_name();
+        let path = format!("/api/2.1/unity-catalog/tables/{target}");
+        let (status, value) = self
+            .call("describe", &target, Method::GET, &path, None)
+            .await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let info: TableInfo = decode("describe", &target, value)?;
+        let mut columns = info.columns;
+        columns.sort_by_key(|c| c.position.unwrap_or(i64::MAX));
+        let columns = columns
+            .iter()
+            .map(|c| {
+                let data_type = column_type(c).map_err(|reason| CatalogError::LiveSchema {
+                    table: target.clone(),
+                    column: c.name.clone(),
+                    reason,
+                })?;
+                Ok(LiveColumn {
+                    name: c.name.clone(),
+                    data_type,
+                    nullable: c.nullable.unwrap_or(true),
+                    comment: c.comment.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, CatalogError>>()?;
+        Ok(Some(LiveTable {
+            table: table.clone(),
+            columns,
+            comment: info.comment,
+            properties: info.properties,
+            table_id: info.table_id,
+            storage_location: info.storage_location,
+        }))
+    }
+
+    async fn reconcile(
+        &self,
+        desired: &DesiredTable,
+        policy: &Policy,
+    ) -> Result<ReconcileOutcome, CatalogError> {
+        let live = self.describe(&desired.table).await?;
+        self.execute_plan(plan(live.as_ref(), desired, policy))
+            .await
+    }
+
+    async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
+        let action = Action::SetProperty {
+            key: sink_property(sink),
+            value: "registered".into(),
+        };
+        self.execute_plan(ReconcilePlan {
+            table: table.clone(),
+            actions: vec![action],
+            notes: vec![],
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn vend_credentials(
+        &self,
+        table: &TableRef,
+        access: Access,
+    ) -> Result<VendedCredentials, CatalogError> {
+        let target = table.full_name();
+        let live = self
+            .describe(table)
+            .await?
+            .ok_or_else(|| CatalogError::Http {
+                operation: "vend credentials",
+                target: target.clone(),
+                status: 404,
+                code: Some("TABLE_DOES_NOT_EXIST".into()),
+                message: "no such table".into(),
+                retryable: false,
+            })?;
+        let table_id = live.table_id.ok_or_else(|| CatalogError::Decode {
+            operation: "vend credentials",
+            target: target.clone(),
+            message: "the table has no table_id".into(),
+        })?;
+        let operation = match access {
+            Access::Read => "READ",
+            Access::ReadWrite => "READ_WRITE",
+        };
+        let body = json!({ "table_id": table_id, "operation": operation });
+        let path = "/api/2.1/unity-catalog/temporary-table-credentials";
+        let (_, value) = self
+            .call("vend credentials", &target, Method::POST, path, Some(&body))
+            .await?;
+        let c: TemporaryCredentials = decode("vend credentials", &target, value)?;
+        let credentials = if let Some(aws) = c.aws_temp_credentials {
+            CloudCredentials::Aws {
+                access_key_id: aws.access_key_id,
+                secret_access_key: aws.secret_access_key,
+                session_token: aws.session_token,
+            }
+        } else if let Some(sas) = c.azure_user_delegation_sas {
+            CloudCredentials::AzureSas(sas.sas_token)
+        } else if let Some(aad) = c.azure_aad {
+            CloudCredentials::AzureAad(aad.aad_token)
+        } else if let Some(gcp) = c.gcp_oauth_token {
+            CloudCredentials::Gcp(gcp.oauth_token)
+        } else {
+            CloudCredentials::None
+        };
+        Ok(VendedCredentials {
+            url: c.url.or(live.storage_location).unwrap_or_default(),
+            expires_at_ms: c.expiration_time,
+            credentials,
+        })
+    }
+}

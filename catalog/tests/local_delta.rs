@@ -1,0 +1,267 @@
+//! The local backend on real Delta tables in temp folders, read back through delta-rs.
+#![cfg(feature = "local")]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use deltalake::kernel::MetadataValue;
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::{
+    Access, CatalogError, Contract, DeltaType, DesiredTable, Policy, Role, SinkId, TableCatalog,
+    TableRef,
+};
+
+fn contract() -> Contract {
+    Contract {
+        column_descriptions: BTreeMap::from([
+            ("id".into(), "Order id".into()),
+            ("note".into(), "Free text; may hold 'quotes'".into()),
+        ]),
+        table_description: Some("Orders landed by zerobus-sink".into()),
+        owner: Some("data-eng".into()),
+        source_topic: Some("orders".into()),
+        ..Contract::default()
+    }
+}
+
+fn fields() -> Vec<Field> {
+    vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("note", DataType::Utf8, true),
+    ]
+}
+
+fn desired(fields: Vec<Field>, contract: &Contract) -> DesiredTable {
+    DesiredTable::from_arrow(
+        TableRef::parse("main.bronze.orders").unwrap(),
+        &Schema::new(fields),
+        Some(contract),
+        Role::Standard,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn create_describe_evolve_and_resync_a_real_delta_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = LocalDelta::new(dir.path());
+    let table = TableRef::parse("main.bronze.orders").unwrap();
+    assert_eq!(catalog.describe(&table).await.unwrap(), None, "absent");
+
+    let c = contract();
+    let created = catalog
+        .reconcile(&desired(fields(), &c), &Policy::default())
+        .await
+        .unwrap();
+    assert!(
+        created.executed[0].starts_with("create table"),
+        "{:?}",
+        created.executed
+    );
+
+    // Read it back through delta-rs itself, not through our describe.
+    let url =
+        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(&table)).unwrap())
+            .unwrap();
+    let t = deltalake::open_table(url.clone()).await.unwrap();
+    let snapshot = t.snapshot().unwrap();
+    let schema = serde_json::to_value(snapshot.schema().as_ref()).unwrap();
+    let names: Vec<&str> = schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["id", "note", "_twg_emit_ts"]);
+    assert_eq!(schema["fields"][0]["type"], "long");
+    assert_eq!(schema["fields"][0]["nullable"], false);
+    assert_eq!(
+        schema["fields"][1]["metadata"]["comment"],
+        "Free text; may hold 'quotes'"
+    );
+    assert_eq!(
+        snapshot.metadata().description(),
+        Some("Orders landed by zerobus-sink")
+    );
+    assert_eq!(
+        snapshot
+            .metadata()
+            .configuration()
+            .get("twg.owner")
+            .map(String::as_str),
+        Some("data-eng")
+    );
+
+    // Our describe agrees, and a second reconcile does nothing.
+    let live = catalog.describe(&table).await.unwrap().unwrap();
+    assert_eq!(
+        live.column("_twg_emit_ts").unwrap().data_type,
+        DeltaType::Timestamp
+    );
+    assert_eq!(
+        live.comment.as_deref(),
+        Some("Orders landed by zerobus-sink")
+    );
+    let again = catalog
+        .reconcile(&desired(fields(), &c), &Policy::default())
+        .await
+        .unwrap();
+    assert!(
+        again.plan.is_noop() && again.executed.is_empty(),
+        "{}",
+        again.plan
+    );
+
+    // Evolve: a new column with its comment, and a changed description of an old one.
+    let mut c2 = c.clone();
+    c2.column_descriptions
+        .insert("currency".into(), "ISO 4217".into());
+    c2.column_descriptions
+        .insert("id".into(), "Order id (global)".into());
+    let mut evolved = fields();
+    evolved.push(Field::new("currency", DataType::Utf8, true));
+    let outcome = catalog
+        .reconcile(&desired(evolved.clone(), &c2), &Policy::default())
+        .await
+        .unwrap();
+    assert!(
+        outcome
+            .executed
+            .iter()
+            .any(|a| a == "add column currency string"),
+        "{:?}",
+        outcome.executed
+    );
+    let live = catalog.describe(&table).await.unwrap().unwrap();
+    assert_eq!(
+        live.column("currency").unwrap().comment.as_deref(),
+        Some("ISO 4217")
+    );
+    assert_eq!(
+        live.column("id").unwrap().comment.as_deref(),
+        Some("Order id (global)")
+    );
+    assert!(
+        catalog
+            .reconcile(&desired(evolved.clone(), &c2), &Policy::default())
+            .await
+            .unwrap()
+            .plan
+            .is_noop()
+    );
+
+    // A person edits a managed comment: respected by default.
+    let t = deltalake::open_table(url.clone()).await.unwrap();
+    let edit = HashMap::from([(
+        "comment".to_owned(),
+        MetadataValue::String("Order id, see the wiki".into()),
+    )]);
+    t.update_field_metadata()
+        .with_field_name("id")
+        .with_metadata(edit)
+        .await
+        .unwrap();
+    let respected = catalog
+        .reconcile(&desired(evolved, &c2), &Policy::default())
+        .await
+        .unwrap();
+    assert!(respected.plan.is_noop(), "{}", respected.plan);
+    assert!(
+        respected
+            .plan
+            .notes
+            .iter()
+            .any(|n| n.contains("id: comment edited by a person"))
+    );
+
+    // A lossy change is refused by name, and nothing is written.
+    let lossy = vec![Field::new("id", DataType::Float64, false)];
+    let err = catalog
+        .reconcile(&desired(lossy, &c2), &Policy::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::Refused { .. }) && err.to_string().contains("column id"),
+        "{err}"
+    );
+
+    // Writers register; credentials are the local path.
+    catalog
+        .register_sink(&table, &SinkId("pipeline-7".into()))
+        .await
+        .unwrap();
+    let live = catalog.describe(&table).await.unwrap().unwrap();
+    assert_eq!(
+        live.properties
+            .get("twg.sink.pipeline-7")
+            .map(String::as_str),
+        Some("registered")
+    );
+    let creds = catalog
+        .vend_credentials(&table, Access::Read)
+        .await
+        .unwrap();
+    assert_eq!(creds.url, url.to_string());
+}
+
+#[tokio::test]
+async fn a_table_the_catalog_created_takes_the_batches_its_schema_describes() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = LocalDelta::new(dir.path());
+    let d = desired(fields(), &contract());
+    catalog.reconcile(&d, &Policy::default()).await.unwrap();
+    // The batch schema the sink sends: the desired columns mapped back to Arrow.
+    let arrow_fields: Vec<Field> = d
+        .columns
+        .iter()
+        .map(|c| Field::new(&c.name, c.data_type.to_arrow(), c.nullable))
+        .collect();
+    let schema = Arc::new(Schema::new(arrow_fields));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![1, 2, 3])),
+        Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
+        Arc::new(TimestampMicrosecondArray::from(vec![10, 20, 30]).with_timezone("UTC")),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).unwrap();
+    let url =
+        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(&d.table)).unwrap())
+            .unwrap();
+    let mut table = deltalake::open_table(url.clone()).await.unwrap();
+    let mut writer = deltalake::writer::RecordBatchWriter::for_table(&table).unwrap();
+    deltalake::writer::DeltaWriter::write(&mut writer, batch)
+        .await
+        .unwrap();
+    let version = deltalake::writer::DeltaWriter::flush_and_commit(&mut writer, &mut table)
+        .await
+        .unwrap();
+    assert_eq!(version, 1);
+    let reread = deltalake::open_table(url).await.unwrap();
+    assert_eq!(reread.get_file_uris().unwrap().count(), 1);
+    let _ = TimeUnit::Microsecond;
+}
+
+#[tokio::test]
+async fn widening_is_a_named_error_on_the_local_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = LocalDelta::new(dir.path());
+    let narrow = vec![Field::new("n", DataType::Int32, true)];
+    catalog
+        .reconcile(&desired(narrow, &Contract::default()), &Policy::default())
+        .await
+        .unwrap();
+    let wide = vec![Field::new("n", DataType::Int64, true)];
+    let err = catalog
+        .reconcile(
+            &desired(wide, &Contract::default()),
+            &Policy {
+                allow_widening: true,
+                ..Policy::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("widen") && err.contains("column n"), "{err}");
+}

@@ -1,0 +1,188 @@
+//! Against the real open-source Unity Catalog server (`uc-server`, crate olai-uc-server 0.0.11;
+//! UNITY_CATALOG.md): describe parsing, an EXTERNAL Delta table round trip, temporary
+//! credentials. The server is never built by this project (it is ~300 crates): set
+//! `UC_SERVER_BIN` to its binary to run this test; without it the test says it was skipped.
+//!
+//! Build it once: `cargo install olai-uc-server --version 0.0.11 --features bin --locked`.
+#![cfg(feature = "unity")]
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use zerobus_sink_catalog::unity::{Auth, UnityCatalog, UnityConfig};
+use zerobus_sink_catalog::{
+    Access, CatalogError, CloudCredentials, DeltaType, TableCatalog, TableRef,
+};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn post(http: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {
+    let r = http
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert!(status.is_success(), "POST {path}: {status} {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn describe_and_credentials_against_the_real_uc_server() {
+    let Ok(bin) = std::env::var("UC_SERVER_BIN") else {
+        println!("skipped: UC_SERVER_BIN is not set (see the file's docs to run it)");
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = data.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("managed")).unwrap();
+    std::fs::create_dir_all(root.join("ext")).unwrap();
+    let port = free_port();
+    let config = root.join("uc.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "host: 127.0.0.1\nport: {port}\nui: {{ serve: false }}\nbackend: {{ engine: sqlite, path: \":memory:\" }}\nlocal_storage:\n  allowed-roots: [\"{r}\"]\nmanaged_storage_root: \"file://{r}/managed\"\n",
+            r = root.display()
+        ),
+    )
+    .unwrap();
+    let _server = Server(
+        Command::new(&bin)
+            .args(["serve", "-c"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let origin = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    // Wait for the server's own health endpoint (bounded).
+    let mut healthy = false;
+    for _ in 0..300 {
+        if http
+            .get(format!("{origin}/health"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(healthy, "uc-server did not become healthy");
+    let base = format!("{origin}/api/2.1/unity-catalog");
+    post(
+        &http,
+        &base,
+        "/catalogs",
+        json!({"name": "cat1", "comment": "test"}),
+    )
+    .await;
+    post(
+        &http,
+        &base,
+        "/schemas",
+        json!({"name": "sch1", "catalog_name": "cat1"}),
+    )
+    .await;
+    post(&http, &base, "/credentials", json!({"name": "cred1", "purpose": "STORAGE", "aws_iam_role": {"role_arn": "arn:aws:iam::123456789012:role/test"}})).await;
+    post(&http, &base, "/external-locations", json!({"name": "loc1", "url": format!("file://{}/ext", root.display()), "credential_name": "cred1"})).await;
+    let id_json =
+        json!({"name": "id", "type": "long", "nullable": false, "metadata": {}}).to_string();
+    let tags_json = json!({"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": true}, "nullable": true, "metadata": {}}).to_string();
+    post(&http, &base, "/tables", json!({
+        "name": "events", "catalog_name": "cat1", "schema_name": "sch1", "table_type": "EXTERNAL", "data_source_format": "DELTA",
+        "storage_location": format!("file://{}/ext/events", root.display()), "comment": "events table",
+        "properties": {"delta.enableDeletionVectors": "false", "owner_team": "data"},
+        "columns": [
+            {"name": "id", "type_name": "LONG", "type_text": "bigint", "type_json": id_json, "position": 0, "nullable": false, "comment": "primary id"},
+            {"name": "amount", "type_name": "DECIMAL", "type_text": "decimal(10,2)", "position": 1, "nullable": true, "type_precision": 10, "type_scale": 2},
+            {"name": "tags", "type_name": "ARRAY", "type_text": "array<string>", "type_json": tags_json, "position": 2, "nullable": true}
+        ]
+    })).await;
+
+    let uc = UnityCatalog::new(UnityConfig::new(&origin, "no-warehouse", Auth::Anonymous)).unwrap();
+    let table = TableRef::parse("cat1.sch1.events").unwrap();
+    let live = uc
+        .describe(&table)
+        .await
+        .unwrap()
+        .expect("the table exists");
+    println!("uc-server describe: {live:?}");
+    let types: Vec<(&str, &DeltaType, bool)> = live
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), &c.data_type, c.nullable))
+        .collect();
+    assert_eq!(types[0], ("id", &DeltaType::Long, false));
+    assert_eq!(
+        types[1],
+        (
+            "amount",
+            &DeltaType::Decimal {
+                precision: 10,
+                scale: 2
+            },
+            true
+        )
+    );
+    assert_eq!(
+        types[2].1,
+        &DeltaType::Array {
+            element: Box::new(DeltaType::String),
+            contains_null: true
+        }
+    );
+    assert_eq!(
+        live.column("id").unwrap().comment.as_deref(),
+        Some("primary id")
+    );
+    assert_eq!(live.comment.as_deref(), Some("events table"));
+    assert_eq!(
+        live.properties.get("owner_team").map(String::as_str),
+        Some("data")
+    );
+    assert!(live.table_id.is_some());
+
+    assert_eq!(
+        uc.describe(&TableRef::parse("cat1.sch1.absent").unwrap())
+            .await
+            .unwrap(),
+        None,
+        "404 RESOURCE_NOT_FOUND"
+    );
+    let creds = uc.vend_credentials(&table, Access::Read).await.unwrap();
+    println!("uc-server credentials: {creds:?}");
+    assert!(creds.url.ends_with("/ext/events"), "{}", creds.url);
+    assert_eq!(creds.credentials, CloudCredentials::None);
+    let err = uc
+        .register_sink(&table, &zerobus_sink_catalog::SinkId("s".into()))
+        .await
+        .unwrap_err();
+    println!("uc-server has no SQL endpoint, as documented: {err}");
+    assert!(
+        matches!(err, CatalogError::Http { .. } | CatalogError::Decode { .. }),
+        "{err}"
+    );
+}

@@ -1,0 +1,816 @@
+//! A loopback stub of the Unity Catalog REST API and the SQL Statement Execution API, for tests
+//! of the catalog's Unity Catalog backend. It is a mock in the sense of DESIGN.md: the real
+//! services cannot run here (the open-source `uc-server` has no SQL endpoint). What makes it
+//! honest: it keeps tables in memory and changes them **only** by applying the DDL it receives,
+//! after parsing it with `sqlparser` (Databricks dialect) and converting the parsed types to
+//! Spark JSON with its own code, not the catalog's. Statements alternate between finishing at
+//! once and going PENDING then RUNNING (so polling is exercised); unparseable or impossible DDL
+//! ends FAILED with a message. It speaks the quirks UNITY_CATALOG.md lists: int64 fields as
+//! strings, `errorCode` in camelCase, 404 for a missing table. OAuth M2M tokens are minted at
+//! `/oidc/v1/token` for one client id and secret; other requests need a live token.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use sqlparser::ast::{
+    AlterTableOperation, ColumnDef, ColumnOption, CreateTableOptions, Expr, SqlOption, Statement,
+};
+use sqlparser::dialect::DatabricksDialect;
+use sqlparser::parser::Parser;
+
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    /// The Spark JSON type.
+    data_type: Value,
+    nullable: bool,
+    comment: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Table {
+    columns: Vec<Column>,
+    properties: BTreeMap<String, String>,
+    comment: Option<String>,
+    table_id: String,
+}
+
+#[derive(Debug)]
+struct Pending {
+    polls_left: u32,
+    outcome: Result<(), String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tables: BTreeMap<String, Table>,
+    statements: BTreeMap<String, Pending>,
+    next_id: u64,
+    tokens: BTreeSet<String>,
+    minted: u64,
+    executed: Vec<String>,
+    fail_next: Vec<u16>,
+}
+
+/// The stub's shared state, and what tests can see and change.
+#[derive(Debug, Clone)]
+pub struct UcStub {
+    inner: Arc<Mutex<Inner>>,
+    basic_auth: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl UcStub {
+    /// The client id it accepts.
+    pub const CLIENT_ID: &'static str = "stub-client";
+    /// The client secret it accepts.
+    pub const CLIENT_SECRET: &'static str = "stub-secret-do-not-log";
+
+    /// Starts the stub on `127.0.0.1` (an ephemeral port) on the current tokio runtime.
+    ///
+    /// # Panics
+    /// If it cannot bind a loopback port.
+    pub async fn start() -> UcStub {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let stub = UcStub {
+            inner: Arc::new(Mutex::new(Inner::default())),
+            basic_auth: format!(
+                "Basic {}",
+                base64(format!("{}:{}", Self::CLIENT_ID, Self::CLIENT_SECRET).as_bytes())
+            ),
+            addr,
+        };
+        let app = Router::new()
+            .route("/oidc/v1/token", post(token))
+            .route("/api/2.1/unity-catalog/tables/{full_name}", get(get_table))
+            .route("/api/2.0/sql/statements", post(submit))
+            .route("/api/2.0/sql/statements/{id}", get(poll))
+            .route("/api/2.0/sql/statements/{id}/cancel", post(cancel))
+            .route(
+                "/api/2.1/unity-catalog/temporary-table-credentials",
+                post(credentials),
+            )
+            .with_state(stub.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        stub
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every statement it executed successfully, in order.
+    #[must_use]
+    pub fn executed(&self) -> Vec<String> {
+        self.lock().executed.clone()
+    }
+
+    /// Tokens minted so far.
+    #[must_use]
+    pub fn tokens_minted(&self) -> u64 {
+        self.lock().minted
+    }
+
+    /// Revokes every token (the next call gets 401 and must refresh).
+    pub fn revoke_tokens(&self) {
+        self.lock().tokens.clear();
+    }
+
+    /// The next requests (one per status) fail with these HTTP statuses.
+    pub fn fail_next(&self, statuses: &[u16]) {
+        self.lock().fail_next.extend_from_slice(statuses);
+    }
+
+    /// A column's comment, as the stub holds it.
+    #[must_use]
+    pub fn column_comment(&self, table: &str, column: &str) -> Option<String> {
+        self.lock()
+            .tables
+            .get(table)?
+            .columns
+            .iter()
+            .find(|c| c.name == column)?
+            .comment
+            .clone()
+    }
+
+    /// Sets a column's comment directly (a person editing it in the UI).
+    pub fn edit_comment(&self, table: &str, column: &str, comment: &str) {
+        if let Some(c) = self
+            .lock()
+            .tables
+            .get_mut(table)
+            .and_then(|t| t.columns.iter_mut().find(|c| c.name == column))
+        {
+            c.comment = Some(comment.to_owned());
+        }
+    }
+
+    /// A table's property.
+    #[must_use]
+    pub fn property(&self, table: &str, key: &str) -> Option<String> {
+        self.lock().tables.get(table)?.properties.get(key).cloned()
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({ "errorCode": code, "message": message })),
+    )
+        .into_response()
+}
+
+/// Checks the bearer token, or replays a queued failure: the response to send instead, if any.
+fn guard(stub: &UcStub, headers: &HeaderMap) -> Option<Response> {
+    let mut inner = stub.lock();
+    if let Some(status) = (!inner.fail_next.is_empty()).then(|| inner.fail_next.remove(0)) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return Some(error(status, "TEMPORARILY_UNAVAILABLE", "injected failure"));
+    }
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match token {
+        Some(t) if inner.tokens.contains(t) => None,
+        _ => Some(error(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            "missing or invalid token",
+        )),
+    }
+}
+
+async fn token(State(stub): State<UcStub>, headers: HeaderMap, body: String) -> Response {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if auth != stub.basic_auth
+        || !body.contains("grant_type=client_credentials")
+        || !body.contains("scope=all-apis")
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": "invalid_client"})),
+        )
+            .into_response();
+    }
+    let mut inner = stub.lock();
+    inner.minted += 1;
+    let token = format!("stub-token-{}", inner.minted);
+    inner.tokens.insert(token.clone());
+    axum::Json(json!({ "access_token": token, "token_type": "Bearer", "expires_in": 3600, "scope": "all-apis" })).into_response()
+}
+
+async fn get_table(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    Path(full_name): Path<String>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    let inner = stub.lock();
+    let Some(t) = inner.tables.get(&full_name) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_NOT_FOUND",
+            "The requested resource does not exist.",
+        );
+    };
+    let parts: Vec<&str> = full_name.split('.').collect();
+    let columns: Vec<Value> = t
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let field = json!({ "name": c.name, "type": c.data_type, "nullable": c.nullable, "metadata": {} });
+            let mut v = json!({
+                "name": c.name,
+                "type_text": type_text(&c.data_type),
+                "type_json": field.to_string(),
+                "type_name": type_name(&c.data_type),
+                "position": i.to_string(),
+                "nullable": c.nullable,
+            });
+            if let Some(comment) = &c.comment {
+                v["comment"] = json!(comment);
+            }
+            v
+        })
+        .collect();
+    let mut body = json!({
+        "name": parts.get(2), "catalog_name": parts.first(), "schema_name": parts.get(1), "full_name": full_name,
+        "table_type": "MANAGED", "data_source_format": "DELTA", "columns": columns, "properties": t.properties,
+        "table_id": t.table_id, "created_at": "1795956061788",
+        "storage_location": format!("s3://stub-bucket/{}", t.table_id),
+    });
+    if let Some(c) = &t.comment {
+        body["comment"] = json!(c);
+    }
+    axum::Json(body).into_response()
+}
+
+async fn submit(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    let Some(sql) = body.get("statement").and_then(Value::as_str) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            "statement is required",
+        );
+    };
+    if body
+        .get("warehouse_id")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            "warehouse_id is required",
+        );
+    }
+    let mut inner = stub.lock();
+    let outcome = apply(&mut inner, sql);
+    if outcome.is_ok() {
+        inner.executed.push(sql.to_owned());
+    }
+    inner.next_id += 1;
+    let id = format!("stmt-{}", inner.next_id);
+    // Every other statement takes two polls to finish.
+    let polls_left = if inner.next_id % 2 == 0 { 2 } else { 0 };
+    let response = status_json(&id, polls_left, &outcome);
+    inner.statements.insert(
+        id,
+        Pending {
+            polls_left,
+            outcome,
+        },
+    );
+    axum::Json(response).into_response()
+}
+
+fn status_json(id: &str, polls_left: u32, outcome: &Result<(), String>) -> Value {
+    let status = match (polls_left, outcome) {
+        (2, _) => json!({"state": "PENDING"}),
+        (1, _) => json!({"state": "RUNNING"}),
+        (_, Ok(())) => json!({"state": "SUCCEEDED"}),
+        (_, Err(m)) => {
+            json!({"state": "FAILED", "error": {"error_code": "BAD_REQUEST", "message": m}})
+        }
+    };
+    json!({ "statement_id": id, "status": status })
+}
+
+async fn poll(State(stub): State<UcStub>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    let mut inner = stub.lock();
+    let Some(p) = inner.statements.get_mut(&id) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "no such statement",
+        );
+    };
+    p.polls_left = p.polls_left.saturating_sub(1);
+    axum::Json(status_json(&id, p.polls_left, &p.outcome)).into_response()
+}
+
+async fn cancel(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    stub.lock().statements.remove(&id);
+    StatusCode::OK.into_response()
+}
+
+async fn credentials(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    let inner = stub.lock();
+    let id = body
+        .get("table_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let op = body
+        .get("operation")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !matches!(op, "READ" | "READ_WRITE") {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            "operation must be READ or READ_WRITE",
+        );
+    }
+    if !inner.tables.values().any(|t| t.table_id == id) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            "unknown table_id",
+        );
+    }
+    axum::Json(json!({
+        "url": format!("s3://stub-bucket/{id}"),
+        "expiration_time": "1795959661788",
+        "aws_temp_credentials": { "access_key_id": "AKIASTUB", "secret_access_key": "stub-secret-key", "session_token": "stub-session" },
+    }))
+    .into_response()
+}
+
+// ----- applying DDL ---------------------------------------------------------------------------
+
+fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
+    let mut statements = Parser::parse_sql(&DatabricksDialect {}, sql)
+        .map_err(|e| format!("PARSE_SYNTAX_ERROR: {e}"))?;
+    if statements.len() != 1 {
+        return Err(format!("expected one statement, got {}", statements.len()));
+    }
+    match statements.remove(0) {
+        Statement::CreateTable(c) => {
+            let name = object_name(&c.name);
+            if inner.tables.contains_key(&name) {
+                return Err(format!("TABLE_OR_VIEW_ALREADY_EXISTS: {name}"));
+            }
+            let columns = c
+                .columns
+                .iter()
+                .map(column)
+                .collect::<Result<Vec<_>, _>>()?;
+            let properties = match &c.table_options {
+                CreateTableOptions::TableProperties(p) => options(p)?,
+                CreateTableOptions::None => BTreeMap::new(),
+                other => return Err(format!("unsupported table options {other:?}")),
+            };
+            inner.next_id += 1;
+            let table_id = format!("00000000-0000-4000-8000-{:012}", inner.next_id);
+            inner.tables.insert(
+                name,
+                Table {
+                    columns,
+                    properties,
+                    comment: None,
+                    table_id,
+                },
+            );
+            Ok(())
+        }
+        Statement::AlterTable(a) => {
+            let name = object_name(&a.name);
+            let table = inner
+                .tables
+                .get_mut(&name)
+                .ok_or_else(|| format!("TABLE_OR_VIEW_NOT_FOUND: {name}"))?;
+            for op in a.operations {
+                match op {
+                    AlterTableOperation::AddColumn { column_def, .. } => {
+                        let mut c = column(&column_def)?;
+                        if table
+                            .columns
+                            .iter()
+                            .any(|x| x.name.eq_ignore_ascii_case(&c.name))
+                        {
+                            return Err(format!("FIELDS_ALREADY_EXISTS: {}", c.name));
+                        }
+                        c.nullable = true;
+                        table.columns.push(c);
+                    }
+                    AlterTableOperation::ChangeColumn {
+                        old_name,
+                        new_name,
+                        data_type,
+                        options,
+                        ..
+                    } => {
+                        if old_name.value != new_name.value {
+                            return Err("renames are not supported by this stub".into());
+                        }
+                        let c = table
+                            .columns
+                            .iter_mut()
+                            .find(|c| c.name == old_name.value)
+                            .ok_or_else(|| format!("no column {old_name}"))?;
+                        let t = sql_type(&data_type.to_string())?;
+                        if t != c.data_type {
+                            return Err(format!(
+                                "CHANGE COLUMN may not change the type of {} ({} vs {})",
+                                c.name, t, c.data_type
+                            ));
+                        }
+                        for o in options {
+                            if let ColumnOption::Comment(text) = o {
+                                c.comment = Some(text);
+                            }
+                        }
+                    }
+                    AlterTableOperation::AlterColumn { column_name, op } => {
+                        let c = table
+                            .columns
+                            .iter_mut()
+                            .find(|c| c.name == column_name.value)
+                            .ok_or_else(|| format!("no column {column_name}"))?;
+                        match op {
+                            sqlparser::ast::AlterColumnOperation::SetDataType {
+                                data_type, ..
+                            } => {
+                                if table
+                                    .properties
+                                    .get("delta.enableTypeWidening")
+                                    .map(String::as_str)
+                                    != Some("true")
+                                {
+                                    return Err("DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP: type widening is not enabled".into());
+                                }
+                                c.data_type = sql_type(&data_type.to_string())?;
+                            }
+                            other => return Err(format!("unsupported ALTER COLUMN {other:?}")),
+                        }
+                    }
+                    AlterTableOperation::SetTblProperties { table_properties } => {
+                        for (k, v) in options(&table_properties)? {
+                            if k == "comment" {
+                                table.comment = Some(v);
+                            } else {
+                                table.properties.insert(k, v);
+                            }
+                        }
+                    }
+                    other => return Err(format!("unsupported ALTER TABLE {other}")),
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!("unsupported statement {other}")),
+    }
+}
+
+fn object_name(name: &sqlparser::ast::ObjectName) -> String {
+    name.0
+        .iter()
+        .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn column(def: &ColumnDef) -> Result<Column, String> {
+    let mut c = Column {
+        name: def.name.value.clone(),
+        data_type: sql_type(&def.data_type.to_string())?,
+        nullable: true,
+        comment: None,
+    };
+    for o in &def.options {
+        match &o.option {
+            ColumnOption::NotNull => c.nullable = false,
+            ColumnOption::Comment(text) => c.comment = Some(text.clone()),
+            other => return Err(format!("unsupported column option {other}")),
+        }
+    }
+    Ok(c)
+}
+
+fn options(opts: &[SqlOption]) -> Result<BTreeMap<String, String>, String> {
+    opts.iter()
+        .map(|o| match o {
+            SqlOption::KeyValue {
+                key,
+                value: Expr::Value(v),
+            } => match &v.value {
+                sqlparser::ast::Value::SingleQuotedString(s) => Ok((object_name(key), s.clone())),
+                other => Err(format!("property value {other} is not a string")),
+            },
+            other => Err(format!("unsupported property {other}")),
+        })
+        .collect()
+}
+
+/// A SQL type as sqlparser prints it (`BIGINT`, `ARRAY<STRUCT<`a` INT>>`, ...) to Spark JSON.
+fn sql_type(text: &str) -> Result<Value, String> {
+    let mut p = TypeParser {
+        s: text.as_bytes(),
+        i: 0,
+    };
+    let v = p.parse()?;
+    p.skip_ws();
+    if p.i != p.s.len() {
+        return Err(format!("trailing text in type {text}"));
+    }
+    Ok(v)
+}
+
+struct TypeParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl TypeParser<'_> {
+    fn skip_ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Result<(), String> {
+        self.skip_ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(format!(
+                "expected {:?} at {} in {}",
+                c as char,
+                self.i,
+                String::from_utf8_lossy(self.s)
+            ))
+        }
+    }
+
+    fn word(&mut self) -> String {
+        self.skip_ws();
+        let start = self.i;
+        while self
+            .s
+            .get(self.i)
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        {
+            self.i += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.i]).to_ascii_uppercase()
+    }
+
+    fn ident(&mut self) -> Result<String, String> {
+        self.skip_ws();
+        if self.s.get(self.i) != Some(&b'`') {
+            return Ok(self.word().to_ascii_lowercase());
+        }
+        self.i += 1;
+        let mut out = Vec::new();
+        loop {
+            match self.s.get(self.i) {
+                Some(b'`') if self.s.get(self.i + 1) == Some(&b'`') => {
+                    out.push(b'`');
+                    self.i += 2;
+                }
+                Some(b'`') => {
+                    self.i += 1;
+                    return Ok(String::from_utf8_lossy(&out).into_owned());
+                }
+                Some(b) => {
+                    out.push(*b);
+                    self.i += 1;
+                }
+                None => return Err("unterminated identifier".into()),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<u32, String> {
+        let w = self.word();
+        w.parse()
+            .map_err(|_| format!("expected a number, found {w}"))
+    }
+
+    fn parse(&mut self) -> Result<Value, String> {
+        let w = self.word();
+        Ok(match w.as_str() {
+            "BOOLEAN" => json!("boolean"),
+            "TINYINT" | "BYTE" => json!("byte"),
+            "SMALLINT" | "SHORT" => json!("short"),
+            "INT" | "INTEGER" => json!("integer"),
+            "BIGINT" | "LONG" => json!("long"),
+            "FLOAT" | "REAL" => json!("float"),
+            "DOUBLE" => json!("double"),
+            "STRING" => json!("string"),
+            "BINARY" => json!("binary"),
+            "DATE" => json!("date"),
+            "TIMESTAMP" => json!("timestamp"),
+            "TIMESTAMP_NTZ" => json!("timestamp_ntz"),
+            "DECIMAL" => {
+                self.eat(b'(')?;
+                let p = self.number()?;
+                self.eat(b',')?;
+                let s = self.number()?;
+                self.eat(b')')?;
+                json!(format!("decimal({p},{s})"))
+            }
+            "ARRAY" => {
+                self.eat(b'<')?;
+                let e = self.parse()?;
+                self.eat(b'>')?;
+                json!({"type": "array", "elementType": e, "containsNull": true})
+            }
+            "MAP" => {
+                self.eat(b'<')?;
+                let k = self.parse()?;
+                self.eat(b',')?;
+                let v = self.parse()?;
+                self.eat(b'>')?;
+                json!({"type": "map", "keyType": k, "valueType": v, "valueContainsNull": true})
+            }
+            "STRUCT" => {
+                self.eat(b'<')?;
+                let mut fields = Vec::new();
+                loop {
+                    let name = self.ident()?;
+                    self.skip_ws();
+                    if self.s.get(self.i) == Some(&b':') {
+                        self.i += 1;
+                    }
+                    let t = self.parse()?;
+                    fields.push(json!({"name": name, "type": t, "nullable": true, "metadata": {}}));
+                    self.skip_ws();
+                    if self.s.get(self.i) == Some(&b',') {
+                        self.i += 1;
+                        continue;
+                    }
+                    self.eat(b'>')?;
+                    break;
+                }
+                json!({"type": "struct", "fields": fields})
+            }
+            other => return Err(format!("unknown SQL type {other}")),
+        })
+    }
+}
+
+fn type_name(t: &Value) -> String {
+    match t {
+        Value::String(s) if s.starts_with("decimal") => "DECIMAL".into(),
+        Value::String(s) if s == "integer" => "INT".into(),
+        Value::String(s) => s.to_ascii_uppercase(),
+        Value::Object(o) => o
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_ascii_uppercase(),
+        _ => String::new(),
+    }
+}
+
+fn type_text(t: &Value) -> String {
+    match t {
+        Value::String(s) => match s.as_str() {
+            "byte" => "tinyint".into(),
+            "short" => "smallint".into(),
+            "integer" => "int".into(),
+            "long" => "bigint".into(),
+            other => other.to_owned(),
+        },
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("array") => format!("array<{}>", type_text(&o["elementType"])),
+            Some("map") => format!(
+                "map<{},{}>",
+                type_text(&o["keyType"]),
+                type_text(&o["valueType"])
+            ),
+            Some("struct") => {
+                let fields: Vec<String> = o["fields"]
+                    .as_array()
+                    .map(|f| {
+                        f.iter()
+                            .map(|f| {
+                                format!(
+                                    "{}:{}",
+                                    f["name"].as_str().unwrap_or_default(),
+                                    type_text(&f["type"])
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                format!("struct<{}>", fields.join(","))
+            }
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// Standard base64 (for the expected `Basic` header).
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_examples() {
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn sql_types_become_spark_json() {
+        assert_eq!(sql_type("BIGINT").unwrap(), json!("long"));
+        assert_eq!(sql_type("DECIMAL(38,9)").unwrap(), json!("decimal(38,9)"));
+        let s = sql_type("ARRAY<STRUCT<`a``b` INT, c MAP<STRING, TIMESTAMP_NTZ>>>").unwrap();
+        assert_eq!(s["elementType"]["fields"][0]["name"], "a`b");
+        assert_eq!(
+            s["elementType"]["fields"][1]["type"]["valueType"],
+            "timestamp_ntz"
+        );
+        assert!(sql_type("VARCHAR(3)").is_err());
+    }
+}
