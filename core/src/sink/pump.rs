@@ -74,13 +74,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Drops the slot's connection (not gracefully) without counting a failure; it may open
     /// again only after the minimum backoff, so that no cancel-and-reopen churn is possible.
     fn cancel(&mut self, now: Time, slot: SlotId) {
-        let window = &mut self.slots[slot.index()];
-        if let Some(conn) = window.rebase() {
-            self.outputs.push_back(Output::Close {
-                slot,
-                conn,
-                graceful: false,
-            });
+        let had_connection = self.slots[slot.index()].phase.conn().is_some();
+        self.close_connection(slot, false, false);
+        if had_connection {
+            let window = &mut self.slots[slot.index()];
             window.retry_at = window.retry_at.max(now + self.config.retry.initial_backoff);
         }
     }
@@ -288,15 +285,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             let window = &mut self.slots[index];
             match window.phase {
-                Phase::Ready(_) => {
-                    if let Some(conn) = window.rebase() {
-                        self.outputs.push_back(Output::Close {
-                            slot,
-                            conn,
-                            graceful: true,
-                        });
-                    }
-                }
+                Phase::Ready(_) => self.close_connection(slot, true, false),
                 Phase::Opening { .. } => self.cancel(now, slot),
                 Phase::Backoff { .. } => window.phase = Phase::Idle,
                 _ => {}

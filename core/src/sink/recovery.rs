@@ -114,20 +114,27 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let hand_back = matches!(error, ProtocolError::ForwardAck { .. });
         let reason = FailureReason::Protocol(error);
         if hand_back {
-            let window = &mut self.slots[slot.index()];
-            if let Some(conn) = window.rebase() {
-                self.metrics.connections_failed += 1;
-                self.outputs.push_back(Output::Close {
-                    slot,
-                    conn,
-                    graceful: false,
-                });
-            }
-            if let Some(failed) = window.fail_all(reason.clone()) {
+            self.close_connection(slot, false, true);
+            if let Some(failed) = self.slots[slot.index()].fail_all(reason.clone()) {
                 self.outputs.push_back(Output::Failed(failed));
             }
         }
         self.restart(now, slot, reason, false);
+    }
+
+    /// Drops the slot's connection, if it has one: unplaces its batches (the durable prefix
+    /// sliced off), tells the driver, and counts it as failed if `failed`.
+    pub(super) fn close_connection(&mut self, slot: SlotId, graceful: bool, failed: bool) {
+        if let Some(conn) = self.slots[slot.index()].rebase() {
+            if failed {
+                self.metrics.connections_failed += 1;
+            }
+            self.outputs.push_back(Output::Close {
+                slot,
+                conn,
+                graceful,
+            });
+        }
     }
 
     /// Closes the slot's connection, keeps its batches for replay (or hands them back once the
@@ -140,15 +147,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         graceful: bool,
     ) {
         let policy = self.config.retry;
+        self.close_connection(slot, graceful, true);
         let window = &mut self.slots[slot.index()];
-        if let Some(conn) = window.rebase() {
-            self.metrics.connections_failed += 1;
-            self.outputs.push_back(Output::Close {
-                slot,
-                conn,
-                graceful,
-            });
-        }
         window.failures = window.failures.saturating_add(1);
         if window.failures > policy.max_attempts && window.has_pending() {
             self.metrics.retry_budgets_spent += 1;
@@ -247,15 +247,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.metrics.tables_failed += 1;
         let reason = FailureReason::TableFailed { table, error };
         for index in t.slots() {
+            self.close_connection(
+                SlotId(u16::try_from(index).unwrap_or(u16::MAX)),
+                false,
+                true,
+            );
             let window = &mut self.slots[index];
-            if let Some(conn) = window.rebase() {
-                self.metrics.connections_failed += 1;
-                self.outputs.push_back(Output::Close {
-                    slot: window.id(),
-                    conn,
-                    graceful: false,
-                });
-            }
             window.phase = Phase::Failed;
             if let Some(failed) = window.fail_all(reason.clone()) {
                 self.outputs.push_back(Output::Failed(failed));
