@@ -339,3 +339,34 @@ async fn a_failed_statement_is_a_typed_error_carrying_the_service_message() {
     assert!(message.contains("TABLE_OR_VIEW_NOT_FOUND"), "{message}");
     assert!(statement.starts_with("ALTER TABLE"), "{statement}");
 }
+
+#[tokio::test]
+async fn a_404_outside_describe_is_an_error_naming_the_endpoint_not_an_absent_table() {
+    // Found against the real uc-server (which has no SQL endpoint): a 404 from the statement
+    // API was read as an empty answer and surfaced as a confusing decode error.
+    let stub = UcStub::start().await;
+    let mut config = UnityConfig::new(
+        format!("{}/wrong-base", stub.url()),
+        "warehouse-1",
+        Auth::Anonymous,
+    );
+    config.retry_backoff = Duration::from_millis(5);
+    let uc = UnityCatalog::new(config).unwrap();
+    let table = TableRef::parse(TABLE).unwrap();
+    let err = uc
+        .register_sink(&table, &SinkId("s".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogError::Http {
+                status: 404,
+                retryable: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains(TABLE), "{err}");
+}

@@ -98,7 +98,8 @@ impl UnityCatalog {
     }
 
     /// One JSON call: retries what is retryable, refreshes a refused token once. Returns the
-    /// status and the body (`Null` when empty).
+    /// status and the body (`Null` when empty). A 404 is an answer (`Ok`) only for `describe`,
+    /// where it means the table is absent; elsewhere it is an error naming the endpoint.
     async fn call(
         &self,
         operation: &'static str,
@@ -135,7 +136,9 @@ impl UnityCatalog {
                     } else {
                         serde_json::from_str(&text).unwrap_or(Value::String(text))
                     };
-                    if status.is_success() || status == StatusCode::NOT_FOUND {
+                    if status.is_success()
+                        || (status == StatusCode::NOT_FOUND && operation == "describe")
+                    {
                         return Ok((status, value));
                     }
                     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
