@@ -56,9 +56,9 @@
 //!
 //! ```compile_fail,E0624
 //! use zerobus_sink::{Confirmation, Raw, SlotId, Time, Token};
-//! # fn offset() -> zerobus_sink::LogicalOffset { unimplemented!() }
 //! let token = Token::raw("orders", 0, 42);
-//! let forged = Confirmation::<Raw>::new(token, SlotId::from_index(0), offset(), 1, Time::ZERO, Time::ZERO);
+//! let offset = zerobus_sink::LogicalOffset::ZERO;
+//! let forged = Confirmation::<Raw>::new(token, SlotId::from_index(0), offset, 1, Time::ZERO, Time::ZERO);
 //! ```
 //!
 //! No lane can be added outside this crate: the trait is sealed (unsatisfied trait bound):
