@@ -104,6 +104,11 @@ fn apply(live: Option<LiveTable>, plan: &zerobus_sink_catalog::ReconcilePlan) ->
     t
 }
 
+/// The live table right after creating `desired` from nothing.
+fn created(desired: &DesiredTable) -> LiveTable {
+    apply(None, &plan(None, desired, &Policy::default()))
+}
+
 fn refusal_reasons(
     p: &zerobus_sink_catalog::ReconcilePlan,
 ) -> Vec<(Option<String>, RefusalReason)> {
@@ -170,14 +175,7 @@ fn reconciling_twice_plans_nothing_the_second_time() {
 #[test]
 fn an_added_column_is_added_with_its_comment_and_recorded() {
     let c = contract();
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), Some(&c), Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(base_fields(), Some(&c), Role::Standard));
     let mut c2 = c.clone();
     c2.column_descriptions
         .insert("currency".into(), "ISO 4217 code".into());
@@ -219,14 +217,7 @@ fn base_fields_with_currency() -> Vec<Field> {
 
 #[test]
 fn a_lossless_widening_needs_the_opt_in() {
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), None, Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(base_fields(), None, Role::Standard));
     let wider = vec![
         Field::new("id", DataType::Int64, false),
         Field::new("amount", DataType::Int64, true),
@@ -279,14 +270,7 @@ fn narrowing_lossy_conflicting_and_removed_required_columns_are_refused_by_name(
         Field::new("ratio", DataType::Int64, true),
         Field::new("label", DataType::Utf8, true),
     ];
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(fields, None, Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(fields, None, Role::Standard));
     let wanted = vec![
         // `id` is missing, and NOT NULL in the table: removal is refused.
         Field::new("amount", DataType::Int32, true), // narrowing
@@ -329,14 +313,7 @@ fn narrowing_lossy_conflicting_and_removed_required_columns_are_refused_by_name(
 
 #[test]
 fn a_nullable_column_missing_from_the_batches_stays_and_is_noted() {
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), None, Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(base_fields(), None, Role::Standard));
     let p = plan(
         Some(&live),
         &desired(
@@ -356,14 +333,7 @@ fn a_nullable_column_missing_from_the_batches_stays_and_is_noted() {
 
 #[test]
 fn nulls_into_a_not_null_column_are_refused() {
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), None, Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(base_fields(), None, Role::Standard));
     let p = plan(
         Some(&live),
         &desired(
@@ -382,14 +352,7 @@ fn nulls_into_a_not_null_column_are_refused() {
 #[test]
 fn a_changed_contract_description_is_written_once() {
     let c = contract();
-    let live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), Some(&c), Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let live = created(&desired(base_fields(), Some(&c), Role::Standard));
     let mut c2 = c.clone();
     c2.column_descriptions
         .insert("amount".into(), "Amount in minor units".into());
@@ -469,14 +432,7 @@ fn a_primary_raw_table_is_created_iceberg_readable_with_deletion_vectors_off() {
 
 #[test]
 fn an_existing_table_with_deletion_vectors_is_refused_the_primary_raw_role() {
-    let mut live = apply(
-        None,
-        &plan(
-            None,
-            &desired(base_fields(), None, Role::Standard),
-            &Policy::default(),
-        ),
-    );
+    let mut live = created(&desired(base_fields(), None, Role::Standard));
     live.properties
         .insert("delta.enableDeletionVectors".into(), "true".into());
     let p = plan(

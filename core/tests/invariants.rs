@@ -46,28 +46,12 @@ fn invariant_2_confirmed_only_after_covering_durable_ack() {
     );
 
     // 9 of the first batch's 10 rows: not covered, nothing confirmed.
-    s.handle(
-        t(1),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 9,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1), slot, conn, 9);
     assert!(confirmed_positions(drain(&mut s, t(1))).is_empty());
     assert_eq!(s.watermarks().delivered, 0);
 
     // 15 rows: the first batch is covered, the second only half.
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 15,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), slot, conn, 15);
     assert_eq!(confirmed_positions(drain(&mut s, t(2))), vec![1]);
     let marks = s.watermarks();
     assert_eq!(
@@ -84,15 +68,7 @@ fn invariant_3_one_ack_confirms_every_covered_item_in_order() {
     }
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(200),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 16,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(200), slot, conn, 16);
     let out = drain(&mut s, t(200));
     assert_eq!(out.len(), 1, "one burst for one ack");
     let Output::Confirmed(burst) = out.into_iter().next().unwrap() else {
@@ -159,15 +135,7 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
     }
     assert!(drain(&mut s, t(2_002)).is_empty());
     assert_eq!(s.metrics().stale_inputs, 5);
-    s.handle(
-        t(2_003),
-        Input::Acked {
-            slot,
-            conn: live,
-            up_to_records: 4,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2_003), slot, live, 4);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1]);
 }
 
@@ -180,15 +148,7 @@ fn invariant_5_nothing_is_lost() {
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
     // 14 rows durable: batch 0 whole, 4 rows of batch 1. Then the stream breaks.
-    s.handle(
-        t(1),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 14,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1), slot, conn, 14);
     assert_eq!(confirmed_positions(drain(&mut s, t(1))), vec![0]);
     s.handle(
         t(2),
@@ -205,15 +165,7 @@ fn invariant_5_nothing_is_lost() {
     let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.3, x.4)).collect();
     assert_eq!(replay, vec![(0, 1, 6), (1, 2, 10)]);
     let (_, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(2_003),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 16,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2_003), slot, conn, 16);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1, 2]);
     let m = s.watermarks();
     assert_eq!(
@@ -230,15 +182,7 @@ fn invariant_5_a_terminal_failure_hands_back_only_the_non_durable_rows() {
     }
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(1),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 14,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1), slot, conn, 14);
     drain(&mut s, t(1));
     // A forward ack is terminal for what the connection carried.
     assert!(
@@ -395,26 +339,10 @@ fn invariant_9_retries_never_readvance_delivered_nor_refire() {
     s.submit(t(0), table, vec![0u8; 5], token(2)).unwrap();
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(1),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 5,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1), slot, conn, 5);
     assert_eq!(confirmed_positions(drain(&mut s, t(1))), vec![1]);
     // The same ack again (a retried burst) confirms nothing and moves nothing.
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 5,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), slot, conn, 5);
     assert!(drain(&mut s, t(2)).is_empty());
     // A regressing ack is a typed error and changes nothing.
     let err = s
@@ -451,15 +379,7 @@ fn invariant_9_retries_never_readvance_delivered_nor_refire() {
     let out = drain(&mut s, t(2_004));
     assert_eq!(sends(&out).iter().map(|x| x.3).collect::<Vec<_>>(), vec![1]);
     let (_, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(2_005),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 5,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2_005), slot, conn, 5);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_005))), vec![2]);
     assert_eq!(s.watermarks().delivered, 2);
 }
@@ -528,27 +448,11 @@ fn ack_timeout_drains_then_rebuilds_and_replays() {
     let (slot, conn, ..) = sends(&out)[0];
     assert!(matches!(s.poll_output(t(0)), Output::Timeout(Some(at)) if at == t(60_000)));
     // Partial progress does not extend the deadline (PROTOCOL.md A.3).
-    s.handle(
-        t(30_000),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 5,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(30_000), slot, conn, 5);
     assert!(matches!(s.poll_output(t(30_000)), Output::Timeout(Some(at)) if at == t(60_000)));
     // At the deadline the stream drains for 500 ms (acks still count), then closes.
     assert!(drain(&mut s, t(60_000)).is_empty());
-    s.handle(
-        t(60_100),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 7,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(60_100), slot, conn, 7);
     let out = drain(&mut s, t(60_500));
     assert!(out.iter().any(|o| matches!(
         o,
@@ -584,25 +488,9 @@ fn large_batches_are_split_into_wire_messages_without_breaking_row_accounting() 
     let shape: Vec<_> = sent.iter().map(|x| (x.2, x.3, x.4)).collect();
     assert_eq!(shape, vec![(0, 0, 4), (1, 0, 4), (2, 0, 2), (3, 1, 3)]);
     let (slot, conn, ..) = sent[0];
-    s.handle(
-        t(1),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 8,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1), slot, conn, 8);
     assert!(confirmed_positions(drain(&mut s, t(1))).is_empty());
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 13,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), slot, conn, 13);
     assert_eq!(confirmed_positions(drain(&mut s, t(2))), vec![1, 2]);
 }
 
@@ -624,15 +512,7 @@ fn close_drains_to_durable_then_closes_gracefully_and_hands_back_the_rest_at_the
         RejectReason::Closed
     );
     let (slot0, conn0, ..) = sent[0];
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot: slot0,
-            conn: conn0,
-            up_to_records: 2,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), slot0, conn0, 2);
     let out = drain(&mut s, t(2));
     assert!(
         out.iter()

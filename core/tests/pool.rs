@@ -135,15 +135,7 @@ fn the_global_stream_cap_drains_and_closes_the_least_recently_used_table_first()
     assert!(drain(&mut s, t(10_000)).is_empty());
     assert_eq!(s.metrics().evictions, 1);
     let (slot_a, conn_a, ..) = sends(&out_a)[0];
-    s.handle(
-        t(10_030),
-        Input::Acked {
-            slot: slot_a,
-            conn: conn_a,
-            up_to_records: 1,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(10_030), slot_a, conn_a, 1);
     let out = drain_raw(&mut s, t(10_030));
     let lines = transcript(&out);
     assert_eq!(lines[0], "Confirmed(slot 0, [LogicalOffset(0)])");
@@ -328,15 +320,7 @@ fn a_rotation_drains_half_closes_applies_late_acks_and_replays_the_rest() {
     }
     let out = drain(&mut s, t(0));
     let (slot, conn, ..) = sends(&out)[0];
-    s.handle(
-        t(100),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 5,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(100), slot, conn, 5);
     s.handle(
         t(100),
         Input::Rotate {
@@ -349,15 +333,7 @@ fn a_rotation_drains_half_closes_applies_late_acks_and_replays_the_rest() {
     // Paused: a new batch is admitted but not sent on the rotating stream.
     s.submit(t(100), table, vec![0u8; 10], token(3)).unwrap();
     assert!(sends(&drain(&mut s, t(100))).is_empty());
-    s.handle(
-        t(500),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 12,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(500), slot, conn, 12);
     assert_eq!(confirmed_positions(drain(&mut s, t(500))), vec![0]);
     // Grace less 500 ms: half-close; a late ack still applies; then the server ends the call.
     let out = drain(&mut s, t(1_600));
@@ -365,15 +341,7 @@ fn a_rotation_drains_half_closes_applies_late_acks_and_replays_the_rest() {
         transcript(&out),
         vec![format!("Close(slot 0, {conn}, graceful: true)")]
     );
-    s.handle(
-        t(1_700),
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records: 20,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(1_700), slot, conn, 20);
     assert_eq!(confirmed_positions(drain(&mut s, t(1_700))), vec![1]);
     s.handle(t(1_750), Input::Closed { slot, conn }).unwrap();
     let out = drain(&mut s, t(1_750));
@@ -408,15 +376,7 @@ fn a_rebuild_on_one_slot_does_not_delay_confirmations_on_another() {
     )
     .unwrap();
     drain(&mut s, t(1));
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot: b,
-            conn: conn_b,
-            up_to_records: 1,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), b, conn_b, 1);
     assert_eq!(
         confirmed_positions(drain(&mut s, t(2))),
         vec![1],
@@ -445,15 +405,7 @@ fn shutdown_reports_exactly_which_batches_were_not_acked_per_table() {
         .find(|x| s.slot_table(x.0) == Some(a))
         .unwrap();
     s.close(t(1), t(5_000));
-    s.handle(
-        t(2),
-        Input::Acked {
-            slot: slot_a,
-            conn: conn_a,
-            up_to_records: 3,
-        },
-    )
-    .unwrap();
+    ack(&mut s, t(2), slot_a, conn_a, 3);
     let out = drain(&mut s, t(2));
     assert!(
         transcript(&out)

@@ -31,6 +31,19 @@ pub fn sink_with(slots: u16, mut config: SinkConfig) -> (Sink, TableId) {
     (s, table)
 }
 
+/// Feeds an ack of `up_to_records` cumulative rows on `slot`/`conn`; it must be accepted.
+pub fn ack(sink: &mut Sink, now: Time, slot: SlotId, conn: ConnGen, up_to_records: u64) {
+    sink.handle(
+        now,
+        Input::Acked {
+            slot,
+            conn,
+            up_to_records,
+        },
+    )
+    .unwrap();
+}
+
 /// Drains outputs, answering every Open with Ready at once; returns everything else.
 pub fn drain(sink: &mut Sink, now: Time) -> Vec<Out> {
     let mut seen = Vec::new();
