@@ -89,7 +89,7 @@ mod sealed {
 /// [`Derived`].
 pub trait Lane: sealed::Sealed + fmt::Debug + 'static {
     /// What a token of this lane carries back to the caller on confirmation.
-    type Position: fmt::Debug + Clone + PartialEq + Eq;
+    type Position: fmt::Debug + Clone + PartialEq + Eq + Send + Sync + 'static;
     /// The lane's name, for logs and metric labels.
     const NAME: &'static str;
 }

@@ -1,13 +1,57 @@
-//! # zerobus-sink-tokio (not built yet)
+//! # zerobus-sink-tokio: the sink on a real network
 //!
-//! The tokio adapter will drive [`zerobus_sink::SinkCore`] on the caller's runtime: one task
-//! owns the core, per-connection tasks speak the Zerobus Arrow Flight protocol (PROTOCOL.md A)
-//! with tonic and arrow-flight, OAuth M2M tokens come from the workspace token endpoint, and the
-//! plan's `Sink` and `BatchSink` traits are implemented with async fns. It is the only crate
-//! that touches tonic, timers and the network.
+//! Drives the sans-IO core ([`zerobus_sink`]) on the caller's tokio runtime (it never builds
+//! one) over the Zerobus Arrow Flight protocol (PROTOCOL.md section A): one `DoPut` per stream,
+//! the schema first, READY, `{"offset_id":N}` per message, durable acks by cumulative rows,
+//! rotation, replay. The core decides; this crate performs. One task owns the core
+//! ([`ZerobusSink`]'s driver); each stream runs in its own task.
 //!
-//! Status: a placeholder; the work is tracked as the adapter issue. Nothing here is usable yet.
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+//! use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
+//! use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
+//!
+//! struct Commit(Vec<i64>);
+//! impl Confirmer<Raw> for Commit {
+//!     fn confirmed(&mut self, _table: &str, c: Confirmation<Raw>) {
+//!         self.0.push(c.commit().offset); // durable: advance the source position
+//!     }
+//!     fn failed(&mut self, table: &str, b: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
+//!         eprintln!("{table}: {} rows handed back: {why}", b.batch.num_rows());
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+//! let batch = RecordBatch::try_from_iter([("id", ids)])?;
+//! let config = ZerobusConfig::new("http://127.0.0.1:50051");
+//! let table = TableDef::new("main.bronze.orders", batch.schema());
+//! let mut sink = ZerobusSink::<Raw>::start(config, vec![table], Commit(Vec::new()))?;
+//! let orders = sink.table("main.bronze.orders").unwrap();
+//! let receipt = sink.send(orders, batch, Token::raw("orders", 0, 999)).await?;
+//! receipt.await?; // optional: the token reaches the confirmer either way
+//! sink.flush().await?;
+//! println!("{}", sink.close(Duration::from_secs(30)).await);
+//! # Ok(()) }
+//! ```
 
-#![forbid(unsafe_code)]
+mod auth;
+mod conn;
+mod driver;
+mod error;
+mod receipt;
+mod report;
+mod sink;
+mod wire;
 
-pub use zerobus_sink as core;
+pub use auth::{AuthError, Credentials, OAuth, Secret};
+pub use error::{DeliveryError, FlushError, SendError, StartError};
+pub use receipt::{Delivered, Receipt};
+pub use report::Report;
+pub use sink::{
+    BatchSink, CommitInfo, Confirmer, OffsetSpan, Positions, Sink, TableDef, TableWriter,
+    ZerobusConfig, ZerobusSink,
+};
+pub use wire::{Compression, MetadataError};

@@ -18,6 +18,8 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+#[cfg(feature = "emulator")]
+pub mod emulator;
 pub mod ops;
 pub mod oracle;
 pub mod rng;

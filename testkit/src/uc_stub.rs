@@ -55,6 +55,7 @@ struct Inner {
     next_id: u64,
     tokens: BTreeSet<String>,
     minted: u64,
+    token_requests: Vec<String>,
     executed: Vec<String>,
     fail_next: Vec<u16>,
 }
@@ -130,6 +131,11 @@ impl UcStub {
     #[must_use]
     pub fn tokens_minted(&self) -> u64 {
         self.lock().minted
+    }
+
+    /// The form bodies of the token requests so far (URL-encoded), in order.
+    pub fn token_requests(&self) -> Vec<String> {
+        self.lock().token_requests.clone()
     }
 
     /// Revokes every token (the next call gets 401 and must refresh).
@@ -219,6 +225,7 @@ async fn token(State(stub): State<UcStub>, headers: HeaderMap, body: String) -> 
             .into_response();
     }
     let mut inner = stub.lock();
+    inner.token_requests.push(body);
     inner.minted += 1;
     let token = format!("stub-token-{}", inner.minted);
     inner.tokens.insert(token.clone());

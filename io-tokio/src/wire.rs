@@ -1,0 +1,173 @@
+//! The Zerobus Arrow wire format (PROTOCOL.md A.2, A.3): encoding the schema and batch messages,
+//! and parsing `PutResult` metadata into typed responses. Parsing never panics: malformed
+//! metadata is a [`MetadataError`].
+
+use arrow_array::RecordBatch;
+use arrow_flight::{FlightData, PutResult, SchemaAsIpc};
+use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
+use arrow_ipc::{CompressionType, MetadataVersion};
+use arrow_schema::{ArrowError, Schema};
+use serde::Deserialize;
+
+/// The IPC body compression of batch messages (PROTOCOL.md A.2.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Compression {
+    /// Zstandard, the official client's default.
+    #[default]
+    Zstd,
+    /// LZ4 frame.
+    Lz4,
+    /// No compression (64-byte alignment, as the IPC defaults).
+    None,
+}
+
+/// IPC write options as the official client makes them: with compression, 8-byte alignment,
+/// V5 and the codec in each batch header; without, the IPC defaults.
+pub(crate) fn write_options(compression: Compression) -> Result<IpcWriteOptions, ArrowError> {
+    let codec = match compression {
+        Compression::Zstd => CompressionType::ZSTD,
+        Compression::Lz4 => CompressionType::LZ4_FRAME,
+        Compression::None => return Ok(IpcWriteOptions::default()),
+    };
+    IpcWriteOptions::try_new(8, false, MetadataVersion::V5)?.try_with_compression(Some(codec))
+}
+
+/// Message 0 of every call: the schema, with empty `app_metadata` and no descriptor.
+pub(crate) fn schema_message(schema: &Schema, options: &IpcWriteOptions) -> FlightData {
+    SchemaAsIpc::new(schema, options).into()
+}
+
+/// One batch as one message with `{"offset_id":N}`. The core has already split batches above
+/// the message limit, so this never splits (a split would need a second wire offset).
+pub(crate) fn batch_message(
+    batch: &RecordBatch,
+    wire_offset: u64,
+    options: &IpcWriteOptions,
+    context: &mut IpcWriteContext,
+) -> Result<FlightData, ArrowError> {
+    let mut tracker = DictionaryTracker::new(false);
+    let (dictionaries, encoded) =
+        IpcDataGenerator::default().encode(batch, &mut tracker, options, context)?;
+    if !dictionaries.is_empty() {
+        return Err(ArrowError::InvalidArgumentError(
+            "dictionary-encoded columns must be hydrated before sending".into(),
+        ));
+    }
+    let data: FlightData = encoded.into();
+    Ok(data.with_app_metadata(format!("{{\"offset_id\":{wire_offset}}}").into_bytes()))
+}
+
+/// A parsed `PutResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Response {
+    /// `{"ack_up_to_offset":-1,"ack_up_to_records":0}`.
+    Ready,
+    /// A durable ack, possibly with a rotation request.
+    Ack {
+        /// Cumulative durable rows on the connection.
+        up_to_records: u64,
+        /// `close_stream_duration_ms`, if present.
+        close_after_ms: Option<u64>,
+    },
+}
+
+/// Why a `PutResult` could not be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetadataError {
+    /// The metadata is empty.
+    #[error("PutResult has empty app_metadata")]
+    Empty,
+    /// The metadata is not the expected JSON object.
+    #[error("PutResult app_metadata is not a valid ack ({reason}): {excerpt:?}")]
+    Malformed {
+        /// What the JSON parser said.
+        reason: String,
+        /// The first bytes of the metadata, lossily decoded.
+        excerpt: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct AckJson {
+    ack_up_to_offset: i64,
+    ack_up_to_records: u64,
+    #[serde(default)]
+    close_stream_duration_ms: Option<u64>,
+}
+
+/// Parses a `PutResult`'s `app_metadata` (PROTOCOL.md A.3).
+pub(crate) fn parse(result: &PutResult) -> Result<Response, MetadataError> {
+    let bytes = &result.app_metadata;
+    if bytes.is_empty() {
+        return Err(MetadataError::Empty);
+    }
+    let ack: AckJson = serde_json::from_slice(bytes).map_err(|e| MetadataError::Malformed {
+        reason: e.to_string(),
+        excerpt: String::from_utf8_lossy(&bytes[..bytes.len().min(64)]).into_owned(),
+    })?;
+    if ack.ack_up_to_offset == -1 && ack.ack_up_to_records == 0 && ack.close_stream_duration_ms.is_none() {
+        return Ok(Response::Ready);
+    }
+    Ok(Response::Ack {
+        up_to_records: ack.ack_up_to_records,
+        close_after_ms: ack.close_stream_duration_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(json: &str) -> PutResult {
+        PutResult {
+            app_metadata: json.as_bytes().to_vec().into(),
+        }
+    }
+
+    #[test]
+    fn ready_ack_and_rotation_parse() {
+        assert_eq!(parse(&put(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#)), Ok(Response::Ready));
+        assert_eq!(
+            parse(&put(r#"{"ack_up_to_offset":99,"ack_up_to_records":5000}"#)),
+            Ok(Response::Ack { up_to_records: 5000, close_after_ms: None })
+        );
+        assert_eq!(
+            parse(&put(r#"{"ack_up_to_offset":5,"ack_up_to_records":100,"close_stream_duration_ms":2000}"#)),
+            Ok(Response::Ack { up_to_records: 100, close_after_ms: Some(2000) })
+        );
+    }
+
+    #[test]
+    fn malformed_metadata_is_a_typed_error_not_a_panic() {
+        assert_eq!(parse(&put("")), Err(MetadataError::Empty));
+        for bad in ["{", "null", "[]", r#"{"ack_up_to_offset":"x","ack_up_to_records":1}"#,
+            r#"{"ack_up_to_offset":1,"ack_up_to_records":-5}"#, "\u{0}\u{ff}garbage"] {
+            assert!(matches!(parse(&put(bad)), Err(MetadataError::Malformed { .. })), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn batch_messages_carry_sequential_offset_metadata_and_the_codec() {
+        use arrow_array::{ArrayRef, Int64Array};
+        use std::sync::Arc;
+        let col: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+        let batch = RecordBatch::try_from_iter([("id", col)]).unwrap();
+        for (compression, codec) in [
+            (Compression::Zstd, Some(CompressionType::ZSTD)),
+            (Compression::Lz4, Some(CompressionType::LZ4_FRAME)),
+            (Compression::None, None),
+        ] {
+            let options = write_options(compression).unwrap();
+            let data = batch_message(&batch, 7, &options, &mut IpcWriteContext::default()).unwrap();
+            assert_eq!(&data.app_metadata[..], br#"{"offset_id":7}"#);
+            let message = arrow_ipc::root_as_message(&data.data_header).unwrap();
+            let header = message.header_as_record_batch().unwrap();
+            assert_eq!(header.length(), 1000);
+            assert_eq!(header.compression().map(|c| c.codec()), codec);
+            let schema = schema_message(&batch.schema(), &options);
+            assert!(schema.app_metadata.is_empty() && schema.data_body.is_empty());
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! A local Zerobus: a real Arrow Flight server (tonic) on loopback that speaks the Zerobus Arrow
+//! protocol as PROTOCOL.md sections A and F describe, so that the adapter, the official client
+//! and the demo all talk to a real gRPC server over TCP.
+//!
+//! Per `DoPut`: the `x-databricks-zerobus-table-name` header names the table; the first message
+//! must be the schema (empty `app_metadata`); READY (`{"ack_up_to_offset":-1,
+//! "ack_up_to_records":0}`) answers it; every later message must carry `{"offset_id":N}` with N
+//! strictly sequential from 0 on the connection; rows are counted from the IPC headers (no chunk
+//! size is assumed). Messages are appended to the table's write-ahead log and acknowledged with
+//! the connection's cumulative row count only after the log is synced ([`wal`]). Acks batch
+//! naturally: everything that arrived while the previous group was being made durable (plus
+//! [`EmulatorConfig::ack_latency`]) is made durable and acknowledged together.
+//!
+//! Faults ([`Fault`]) are queued per table and taken by the table's next connection.
+//! Hostile input (bad metadata, gaps, malformed or oversized IPC) ends the call with an error
+//! status; decoding is bounded and cannot crash the server.
+
+mod frame;
+mod service;
+mod socket;
+pub mod wal;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use tonic::Code;
+
+/// How the emulator behaves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EmulatorConfig {
+    /// Where the write-ahead logs go (one file per table).
+    pub wal_dir: PathBuf,
+    /// Extra time before each durable ack (the service's time to durability). Messages that
+    /// arrive meanwhile share the ack.
+    pub ack_latency: Duration,
+    /// At most this many messages per ack (0: no limit).
+    pub max_messages_per_ack: usize,
+    /// Open calls per table beyond this get `RESOURCE_EXHAUSTED` (`None`: no limit).
+    pub max_streams_per_table: Option<usize>,
+    /// The gRPC message size limit (the tonic default of 4 MiB is too small, PROTOCOL.md 0).
+    pub max_message_bytes: usize,
+    /// A record batch message may decode to at most this many bytes.
+    pub max_decoded_bytes: u64,
+}
+
+impl EmulatorConfig {
+    /// Defaults: no added latency, unlimited acks and streams, 16 MiB messages, 256 MiB decoded.
+    #[must_use]
+    pub fn new(wal_dir: impl Into<PathBuf>) -> EmulatorConfig {
+        EmulatorConfig {
+            wal_dir: wal_dir.into(),
+            ack_latency: Duration::ZERO,
+            max_messages_per_ack: 0,
+            max_streams_per_table: None,
+            max_message_bytes: 16 << 20,
+            max_decoded_bytes: 256 << 20,
+        }
+    }
+
+    /// Sets [`ack_latency`](EmulatorConfig::ack_latency).
+    #[must_use]
+    pub fn ack_latency(mut self, latency: Duration) -> EmulatorConfig {
+        self.ack_latency = latency;
+        self
+    }
+
+    /// Sets [`max_messages_per_ack`](EmulatorConfig::max_messages_per_ack).
+    #[must_use]
+    pub fn max_messages_per_ack(mut self, n: usize) -> EmulatorConfig {
+        self.max_messages_per_ack = n;
+        self
+    }
+
+    /// Sets [`max_streams_per_table`](EmulatorConfig::max_streams_per_table).
+    #[must_use]
+    pub fn max_streams_per_table(mut self, n: usize) -> EmulatorConfig {
+        self.max_streams_per_table = Some(n);
+        self
+    }
+}
+
+/// A fault for a table's next connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Refuse the call with this status instead of READY.
+    RejectOpen {
+        /// The status code.
+        code: Code,
+    },
+    /// Accept the schema but never send READY.
+    HoldReady,
+    /// Once at least `messages` messages are logged (and before acking them), end the call
+    /// with this status.
+    FailAfter {
+        /// Messages logged first.
+        messages: u64,
+        /// The status code.
+        code: Code,
+    },
+    /// Once at least `messages` messages are logged (and before acking them), cut the TCP
+    /// connection: no status, no trailers.
+    DropAfter {
+        /// Messages logged first.
+        messages: u64,
+    },
+    /// Once at least `messages` messages are acked, send `close_stream_duration_ms`; keep
+    /// accepting and acking; end the call (OK) when the client half-closes or `grace` passes.
+    RotateAfter {
+        /// Messages acked first.
+        messages: u64,
+        /// The grace period.
+        grace: Duration,
+    },
+    /// Once at least `messages` messages are logged, ack more rows than were received.
+    ForwardAckAfter {
+        /// Messages logged first.
+        messages: u64,
+    },
+}
+
+/// Counters, for assertions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// `DoPut` calls received.
+    pub calls: u64,
+    /// Calls answered with READY.
+    pub ready: u64,
+    /// Calls refused at open, by status code name.
+    pub refused: BTreeMap<String, u64>,
+    /// Record batch messages logged.
+    pub messages: u64,
+    /// Rows logged.
+    pub rows: u64,
+    /// Acks sent (READY not counted).
+    pub acks: u64,
+    /// Messages by body codec: "zstd", "lz4", "none".
+    pub codecs: BTreeMap<&'static str, u64>,
+    /// Request streams the client ended cleanly (half-close).
+    pub half_closes: u64,
+    /// Request streams that broke (reset, dropped connection).
+    pub resets: u64,
+    /// Calls ended with an error status by the emulator (faults and hostile input).
+    pub errors: u64,
+    /// Distinct `user-agent` values seen.
+    pub user_agents: BTreeSet<String>,
+    /// Bearer tokens presented, in order (test tokens only: this is an emulator).
+    pub tokens: Vec<String>,
+    /// Most streams open at once on one table.
+    pub max_open_per_table: usize,
+}
+
+#[derive(Debug, Default)]
+struct TableState {
+    batches: Vec<RecordBatch>,
+    open: usize,
+    faults: VecDeque<Fault>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tables: BTreeMap<String, TableState>,
+    rejected_tokens: BTreeSet<String>,
+    stats: Stats,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    config: EmulatorConfig,
+    state: Mutex<State>,
+    wals: tokio::sync::Mutex<BTreeMap<String, wal::Wal>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in a test; the state is still usable.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A running emulator. Dropping it stops the server.
+#[derive(Debug)]
+pub struct Emulator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Starts the emulator on `127.0.0.1` (an ephemeral port) on the current tokio runtime.
+    pub async fn start(config: EmulatorConfig) -> io::Result<Emulator> {
+        Emulator::bind("127.0.0.1:0".parse().expect("a valid address"), config).await
+    }
+
+    /// Starts the emulator on `addr`.
+    pub async fn bind(addr: SocketAddr, config: EmulatorConfig) -> io::Result<Emulator> {
+        tokio::fs::create_dir_all(&config.wal_dir).await?;
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let max = config.max_message_bytes;
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State::default()),
+            wals: tokio::sync::Mutex::new(BTreeMap::new()),
+        });
+        let service = FlightServiceServer::new(service::Service::new(shared.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(socket::incoming(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "emulator server stopped");
+            }
+        });
+        Ok(Emulator {
+            addr,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Where it listens.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its endpoint URL (`http://127.0.0.1:PORT`).
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues a fault for the next connection of `table`.
+    pub fn inject(&self, table: &str, fault: Fault) {
+        let mut state = self.shared.lock();
+        state
+            .tables
+            .entry(table.to_owned())
+            .or_default()
+            .faults
+            .push_back(fault);
+    }
+
+    /// Refuses `token` with `UNAUTHENTICATED` from now on.
+    pub fn reject_token(&self, token: &str) {
+        self.shared.lock().rejected_tokens.insert(token.to_owned());
+    }
+
+    /// The batches logged for `table`, in the order they were made durable.
+    #[must_use]
+    pub fn batches(&self, table: &str) -> Vec<RecordBatch> {
+        let state = self.shared.lock();
+        state
+            .tables
+            .get(table)
+            .map(|t| t.batches.clone())
+            .unwrap_or_default()
+    }
+
+    /// The path of `table`'s write-ahead log (read it back with [`wal::read`]).
+    #[must_use]
+    pub fn wal_path(&self, table: &str) -> PathBuf {
+        wal::path(&self.shared.config.wal_dir, table)
+    }
+
+    /// The WAL directory.
+    #[must_use]
+    pub fn wal_dir(&self) -> &Path {
+        &self.shared.config.wal_dir
+    }
+
+    /// The counters so far.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.shared.lock().stats.clone()
+    }
+
+    /// Stops accepting calls and waits for the server task to end.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The Flight service: `DoPut` speaks Zerobus; every other method is `UNIMPLEMENTED`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::stream::{self, Empty as Nothing};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::socket::KillSwitch;
+use super::wal::Wal;
+use super::{Fault, Shared, frame};
+
+type Reply = Result<PutResult, Status>;
+type Unimplemented<T> = Nothing<Result<T, Status>>;
+
+pub(crate) struct Service {
+    shared: Arc<Shared>,
+}
+
+impl Service {
+    pub(crate) fn new(shared: Arc<Shared>) -> Service {
+        Service { shared }
+    }
+}
+
+/// Releases the table's open-call count when the call ends.
+struct OpenCall {
+    shared: Arc<Shared>,
+    table: String,
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        if let Some(t) = self.shared.lock().tables.get_mut(&self.table) {
+            t.open = t.open.saturating_sub(1);
+        }
+    }
+}
+
+fn put_result(json: String) -> PutResult {
+    PutResult {
+        app_metadata: json.into_bytes().into(),
+    }
+}
+
+fn ack(last_offset: i64, rows: u64) -> PutResult {
+    put_result(format!(
+        "{{\"ack_up_to_offset\":{last_offset},\"ack_up_to_records\":{rows}}}"
+    ))
+}
+
+fn header<'a>(request: &'a Request<Streaming<FlightData>>, name: &str) -> Option<&'a str> {
+    request.metadata().get(name).and_then(|v| v.to_str().ok())
+}
+
+#[tonic::async_trait]
+impl FlightService for Service {
+    type HandshakeStream = Unimplemented<HandshakeResponse>;
+    type ListFlightsStream = Unimplemented<FlightInfo>;
+    type DoGetStream = Unimplemented<FlightData>;
+    type DoPutStream = UnboundedReceiver<Reply>;
+    type DoExchangeStream = Unimplemented<FlightData>;
+    type DoActionStream = Unimplemented<arrow_flight::Result>;
+    type ListActionsStream = Unimplemented<ActionType>;
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        let shared = &self.shared;
+        let switch = request.extensions().get::<KillSwitch>().cloned();
+        let table = header(&request, "x-databricks-zerobus-table-name").map(str::to_owned);
+        let agent = header(&request, "user-agent").map(str::to_owned);
+        let token = header(&request, "authorization")
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_owned());
+        let (fault, call) = {
+            let mut state = shared.lock();
+            state.stats.calls += 1;
+            if let Some(a) = agent {
+                state.stats.user_agents.insert(a);
+            }
+            let refuse = |state: &mut super::State, status: Status| {
+                *state
+                    .stats
+                    .refused
+                    .entry(format!("{:?}", status.code()))
+                    .or_default() += 1;
+                Err(status)
+            };
+            let Some(table) = table else {
+                return refuse(
+                    &mut state,
+                    Status::invalid_argument("missing x-databricks-zerobus-table-name header"),
+                );
+            };
+            if let Some(t) = &token {
+                state.stats.tokens.push(t.clone());
+                if state.rejected_tokens.contains(t) {
+                    return refuse(
+                        &mut state,
+                        Status::unauthenticated(format!("token rejected for table {table}")),
+                    );
+                }
+            }
+            let limit = shared.config.max_streams_per_table;
+            let t = state.tables.entry(table.clone()).or_default();
+            let fault = t.faults.pop_front();
+            if let Some(Fault::RejectOpen { code }) = fault {
+                return refuse(&mut state, Status::new(code, format!("injected fault on {table}")));
+            }
+            if limit.is_some_and(|n| t.open >= n) {
+                let open = t.open;
+                return refuse(
+                    &mut state,
+                    Status::resource_exhausted(format!(
+                        "table {table} already has {open} open streams"
+                    )),
+                );
+            }
+            t.open += 1;
+            let open = t.open;
+            state.stats.max_open_per_table = state.stats.max_open_per_table.max(open);
+            (
+                fault,
+                OpenCall {
+                    shared: shared.clone(),
+                    table,
+                },
+            )
+        };
+        let wal = {
+            let mut wals = shared.wals.lock().await;
+            match wals.get(&call.table) {
+                Some(w) => w.clone(),
+                None => {
+                    let w = Wal::open(&shared.config.wal_dir, &call.table)
+                        .await
+                        .map_err(|e| Status::internal(format!("write-ahead log: {e}")))?;
+                    wals.insert(call.table.clone(), w.clone());
+                    w
+                }
+            }
+        };
+        let (out, replies) = unbounded();
+        let conn = Connection {
+            shared: shared.clone(),
+            call,
+            out,
+            fault,
+            switch,
+            wal,
+        };
+        tokio::spawn(conn.run(request.into_inner()));
+        Ok(Response::new(replies))
+    }
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented("handshake"))
+    }
+    async fn list_flights(
+        &self,
+        _: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented("list_flights"))
+    }
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented("get_flight_info"))
+    }
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("poll_flight_info"))
+    }
+    async fn get_schema(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        Err(Status::unimplemented("get_schema"))
+    }
+    async fn do_get(&self, _: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        Err(Status::unimplemented("do_get"))
+    }
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented("do_exchange"))
+    }
+    async fn do_action(
+        &self,
+        _: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        Err(Status::unimplemented("do_action"))
+    }
+    async fn list_actions(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        let _: Unimplemented<ActionType> = stream::empty();
+        Err(Status::unimplemented("list_actions"))
+    }
+}
+
+/// What the reader hands the writer.
+enum Item {
+    Message {
+        data: FlightData,
+        offset: u64,
+        rows: u64,
+        batch: arrow_array::RecordBatch,
+    },
+    /// The request stream ended: cleanly (half-close) or not.
+    End,
+}
+
+/// One accepted call.
+struct Connection {
+    shared: Arc<Shared>,
+    call: OpenCall,
+    out: UnboundedSender<Reply>,
+    fault: Option<Fault>,
+    switch: Option<KillSwitch>,
+    wal: Wal,
+}
+
+impl Connection {
+    fn fail(&self, status: Status) {
+        self.shared.lock().stats.errors += 1;
+        let _ = self.out.unbounded_send(Err(status));
+    }
+
+    fn reply(&self, result: PutResult) {
+        let _ = self.out.unbounded_send(Ok(result));
+    }
+
+    async fn run(self, mut input: Streaming<FlightData>) {
+        let first = match input.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(_) => {
+                self.shared.lock().stats.resets += 1;
+                return;
+            }
+        };
+        let schema = match frame::schema(&first) {
+            Ok(s) => s,
+            Err(status) => return self.fail(status),
+        };
+        if self.fault == Some(Fault::HoldReady) {
+            while let Ok(Some(_)) = input.message().await {}
+            return;
+        }
+        self.shared.lock().stats.ready += 1;
+        self.reply(ack(-1, 0));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let max_decoded = self.shared.config.max_decoded_bytes;
+        let out = self.out.clone();
+        let shared = self.shared.clone();
+        let reader = async move {
+            let mut expected = 0u64;
+            loop {
+                let data = match input.message().await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => {
+                        shared.lock().stats.half_closes += 1;
+                        break;
+                    }
+                    Err(_) => {
+                        shared.lock().stats.resets += 1;
+                        break;
+                    }
+                };
+                let checked = frame::offset_id(&data.app_metadata).and_then(|offset| {
+                    if offset == expected {
+                        frame::batch(&data, &schema, max_decoded).map(|b| (offset, b))
+                    } else {
+                        Err(Status::invalid_argument(format!(
+                            "Non-incremental offset: expected {expected}, got {offset}"
+                        )))
+                    }
+                });
+                match checked {
+                    Ok((offset, decoded)) => {
+                        expected += 1;
+                        let codec = match decoded.codec {
+                            Some(arrow_ipc::CompressionType::ZSTD) => "zstd",
+                            Some(arrow_ipc::CompressionType::LZ4_FRAME) => "lz4",
+                            Some(_) => "other",
+                            None => "none",
+                        };
+                        *shared.lock().stats.codecs.entry(codec).or_default() += 1;
+                        let item = Item::Message {
+                            data,
+                            offset,
+                            rows: decoded.rows,
+                            batch: decoded.batch,
+                        };
+                        if tx.send(item).is_err() {
+                            return;
+                        }
+                    }
+                    Err(status) => {
+                        shared.lock().stats.errors += 1;
+                        let _ = out.unbounded_send(Err(status));
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(Item::End);
+        };
+        tokio::spawn(reader);
+        self.write(first, rx).await;
+    }
+
+    /// Group commit: log everything available, sync, ack; apply the connection's fault.
+    async fn write(self, schema: FlightData, mut rx: mpsc::UnboundedReceiver<Item>) {
+        let latency = self.shared.config.ack_latency;
+        let max_group = match self.shared.config.max_messages_per_ack {
+            0 => usize::MAX,
+            n => n,
+        };
+        let mut schema = Some(schema);
+        let (mut messages, mut rows, mut last) = (0u64, 0u64, -1i64);
+        let mut rotation_deadline: Option<tokio::time::Instant> = None;
+        let mut ended = false;
+        while !ended {
+            let first = match rotation_deadline {
+                Some(at) => tokio::select! {
+                    item = rx.recv() => item,
+                    () = tokio::time::sleep_until(at) => break,
+                },
+                None => rx.recv().await,
+            };
+            let mut group = Vec::new();
+            match first {
+                Some(Item::Message { .. }) => group.push(first),
+                Some(Item::End) | None => break,
+            }
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            while group.len() < max_group {
+                match rx.try_recv() {
+                    Ok(Item::End) => {
+                        ended = true;
+                        break;
+                    }
+                    Ok(m) => group.push(Some(m)),
+                    Err(_) => break,
+                }
+            }
+            let mut frames = Vec::with_capacity(group.len());
+            let mut batches = Vec::with_capacity(group.len());
+            for item in group.into_iter().flatten() {
+                if let Item::Message {
+                    data,
+                    offset,
+                    rows: r,
+                    batch,
+                } = item
+                {
+                    frames.push(data);
+                    batches.push(batch);
+                    rows += r;
+                    last = i64::try_from(offset).unwrap_or(i64::MAX);
+                    messages += 1;
+                }
+            }
+            if let Err(e) = self.wal.append(schema.take().as_ref(), &frames).await {
+                return self.fail(Status::internal(format!(
+                    "write-ahead log {}: {e}",
+                    self.wal.path().display()
+                )));
+            }
+            {
+                let mut state = self.shared.lock();
+                state.stats.messages += frames.len() as u64;
+                state.stats.rows += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                if let Some(t) = state.tables.get_mut(&self.call.table) {
+                    t.batches.extend(batches);
+                }
+            }
+            match self.fault {
+                Some(Fault::DropAfter { messages: n }) if messages >= n => {
+                    if let Some(s) = &self.switch {
+                        tracing::debug!(peer = %s.peer, table = %self.call.table, "cutting the connection");
+                        s.kill();
+                    }
+                    return;
+                }
+                Some(Fault::FailAfter { messages: n, code }) if messages >= n => {
+                    let table = &self.call.table;
+                    return self.fail(Status::new(code, format!("injected fault on {table}")));
+                }
+                Some(Fault::ForwardAckAfter { messages: n }) if messages >= n => {
+                    self.shared.lock().stats.acks += 1;
+                    self.reply(ack(last, rows + 1_000));
+                    continue;
+                }
+                _ => {}
+            }
+            self.shared.lock().stats.acks += 1;
+            self.reply(ack(last, rows));
+            if let Some(Fault::RotateAfter { messages: n, grace }) = self.fault
+                && messages >= n
+                && rotation_deadline.is_none()
+            {
+                let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+                self.reply(put_result(format!(
+                    "{{\"ack_up_to_offset\":{last},\"ack_up_to_records\":{rows},\"close_stream_duration_ms\":{ms}}}"
+                )));
+                rotation_deadline =
+                    Some(tokio::time::Instant::now() + grace.max(Duration::from_millis(1)));
+            }
+        }
+        // Ending here (dropping `out`) ends the call with OK.
+        drop(self.call);
+    }
+}
