@@ -61,12 +61,27 @@ pub(crate) struct Event {
 pub(crate) struct Handle {
     pub(crate) conn: ConnGen,
     pub(crate) commands: mpsc::UnboundedSender<Command>,
-    pub(crate) task: tokio::task::JoinHandle<()>,
+    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Handle {
+    /// Half-closes and lets the call end on its own (the service sends its last acks and an OK
+    /// status), for at most `drain`; then cuts it.
+    pub(crate) async fn finish(mut self, drain: Duration) {
+        let _ = self.commands.send(Command::HalfClose);
+        if let Some(task) = self.task.as_mut() {
+            if tokio::time::timeout(drain, task).await.is_err() {
+                tracing::debug!(conn = %self.conn, "the call did not end within the drain window");
+            }
+        }
+    }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
     }
 }
 
@@ -91,7 +106,7 @@ pub(crate) fn spawn(
         }
         .instrument(span),
     );
-    Handle { conn, commands, task }
+    Handle { conn, commands, task: Some(task) }
 }
 
 fn status_error(status: &tonic::Status) -> StreamError {

@@ -154,7 +154,10 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 () = sleep(at) => {}
             }
         }
-        self.conns.clear();
+        // Streams closed gracefully are half-closed; give the service the same 500 ms the
+        // official client gives it to end each call (PROTOCOL.md A.6), then cut what is left.
+        let drain = Duration::from_millis(500);
+        futures::future::join_all(self.conns.drain().map(|(_, h)| h.finish(drain))).await;
         let report = self.snapshot();
         for f in self.flushes.drain(..) {
             let _ = f.send(Ok(()));

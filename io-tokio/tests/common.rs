@@ -1,0 +1,113 @@
+//! Shared setup of the end-to-end tests: order rows, a recording confirmer, an emulator.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use zerobus_sink::{
+    Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig, TableSpec,
+};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_tokio::{Confirmer, TableDef, ZerobusConfig};
+
+pub const TABLE: &str = "main.bronze.orders";
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("order_id", DataType::Int64, false),
+        Field::new("customer", DataType::Utf8, false),
+        Field::new("amount", DataType::Float64, false),
+    ]))
+}
+
+/// Orders `start .. start + n`.
+pub fn orders(start: i64, n: i64) -> RecordBatch {
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(start..start + n));
+    let customers: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (start..start + n).map(|i| format!("customer-{}", i % 97)),
+    ));
+    let amounts: ArrayRef = Arc::new(Float64Array::from_iter_values(
+        (start..start + n).map(|i| (i % 1000) as f64 / 10.0),
+    ));
+    RecordBatch::try_new(schema(), vec![ids, customers, amounts]).expect("valid batch")
+}
+
+/// The order ids in `batches`, with how often each occurs.
+pub fn ids(batches: &[RecordBatch]) -> BTreeMap<i64, u32> {
+    let mut out = BTreeMap::new();
+    for b in batches {
+        let col = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("order_id is Int64");
+        for v in col.values() {
+            *out.entry(*v).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// What the confirmer saw.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Committed source offsets (the last order id of each batch), in confirmation order.
+    pub committed: Vec<i64>,
+    /// Failed batches: (first order id of the rows handed back, rows, reason).
+    pub failed: Vec<(Option<i64>, usize, String)>,
+}
+
+/// A confirmer that records into shared state.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder(pub Arc<Mutex<Seen>>);
+
+impl Recorder {
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.0.lock().unwrap()
+    }
+}
+
+impl Confirmer<Raw> for Recorder {
+    fn confirmed(&mut self, _table: &str, confirmation: Confirmation<Raw>) {
+        self.seen().committed.push(confirmation.commit().offset);
+    }
+    fn failed(&mut self, _table: &str, batch: FailedBatch<Raw, RecordBatch>, reason: &FailureReason) {
+        let first = batch
+            .batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .and_then(|c| c.values().first().copied());
+        self.seen().failed.push((first, batch.batch.num_rows(), reason.to_string()));
+    }
+}
+
+pub async fn emulator(dir: &tempfile::TempDir, f: impl FnOnce(EmulatorConfig) -> EmulatorConfig) -> Emulator {
+    Emulator::start(f(EmulatorConfig::new(dir.path().join("wal"))))
+        .await
+        .expect("emulator starts")
+}
+
+/// A config for the emulator, with fast retries so that failure tests take seconds.
+pub fn config(emulator: &Emulator) -> ZerobusConfig {
+    let core = SinkConfig {
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(400),
+            ..RetryPolicy::default()
+        },
+        ..SinkConfig::default()
+    };
+    ZerobusConfig::new(emulator.url()).core(core)
+}
+
+pub fn table(slots: u16) -> TableDef {
+    TableDef {
+        spec: TableSpec::new(TABLE).sizing(PoolSizing::fixed(slots)),
+        schema: schema(),
+    }
+}
