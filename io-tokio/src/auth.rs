@@ -154,7 +154,9 @@ impl TokenSource {
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
-        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The token to present for `table`, if any.
@@ -177,7 +179,14 @@ impl TokenSource {
                 if let Some(ttl) = ttl.filter(|t| !t.is_zero()) {
                     let expires = started + ttl;
                     let refresh_at = expires - REFRESH_BUFFER.min(ttl / 2);
-                    self.cache().insert(table.to_owned(), Cached { token: token.clone(), expires, refresh_at });
+                    self.cache().insert(
+                        table.to_owned(),
+                        Cached {
+                            token: token.clone(),
+                            expires,
+                            refresh_at,
+                        },
+                    );
                 }
                 tracing::debug!(table, "minted a token");
                 Ok(Some(token))
@@ -188,7 +197,8 @@ impl TokenSource {
                 let mut cache = self.cache();
                 if let Some(c) = cache.get_mut(table).filter(|c| Instant::now() < c.expires) {
                     let remaining = c.expires - Instant::now();
-                    let wait = (remaining / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
+                    let wait =
+                        (remaining / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
                     c.refresh_at = Instant::now() + wait;
                     tracing::warn!(table, error = %e, "token refresh failed; using the cached token");
                     return Ok(Some(c.token.clone()));
@@ -213,12 +223,25 @@ impl TokenSource {
         }
     }
 
-    async fn mint(&self, oauth: &OAuth, table: &str) -> Result<(Secret, Option<Duration>), AuthError> {
-        let fetch = |reason: String| AuthError::Fetch { table: table.to_owned(), reason };
+    async fn mint(
+        &self,
+        oauth: &OAuth,
+        table: &str,
+    ) -> Result<(Secret, Option<Duration>), AuthError> {
+        let fetch = |reason: String| AuthError::Fetch {
+            table: table.to_owned(),
+            reason,
+        };
         let details = authorization_details(table)
             .ok_or_else(|| fetch("the table name must be catalog.schema.table".into()))?;
-        let resource = format!("api://databricks/workspaces/{}/zerobusDirectWriteApi", oauth.workspace_id);
-        let url = format!("{}/oidc/v1/token", oauth.unity_catalog_url.trim_end_matches('/'));
+        let resource = format!(
+            "api://databricks/workspaces/{}/zerobusDirectWriteApi",
+            oauth.workspace_id
+        );
+        let url = format!(
+            "{}/oidc/v1/token",
+            oauth.unity_catalog_url.trim_end_matches('/')
+        );
         let form = [
             ("scope", "all-apis"),
             ("resource", resource.as_str()),
@@ -239,7 +262,10 @@ impl TokenSource {
             return Err(fetch(format!("HTTP {status} from {url}")));
         }
         if !status.is_success() {
-            return Err(AuthError::Refused { table: table.to_owned(), status: status.as_u16() });
+            return Err(AuthError::Refused {
+                table: table.to_owned(),
+                status: status.as_u16(),
+            });
         }
         let body: TokenResponse = response
             .json()
@@ -252,7 +278,9 @@ impl TokenSource {
         }
         .map(Duration::from_secs);
         if body.access_token.is_empty() || http_value_invalid(&body.access_token) {
-            return Err(fetch(format!("token response from {url} has no usable access_token")));
+            return Err(fetch(format!(
+                "token response from {url} has no usable access_token"
+            )));
         }
         Ok((Secret::new(body.access_token), ttl))
     }
@@ -276,7 +304,8 @@ mod tests {
 
     #[test]
     fn authorization_details_scope_the_table() {
-        let d: serde_json::Value = serde_json::from_str(&authorization_details("c.s.t").unwrap()).unwrap();
+        let d: serde_json::Value =
+            serde_json::from_str(&authorization_details("c.s.t").unwrap()).unwrap();
         assert_eq!(d[0]["object_full_path"], "c");
         assert_eq!(d[1]["object_full_path"], "c.s");
         assert_eq!(d[2]["object_full_path"], "c.s.t");

@@ -43,7 +43,10 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(crate) enum Command {
     /// Encode and send this batch as wire message `offset`.
-    Send { batch: RecordBatch, wire_offset: u64 },
+    Send {
+        batch: RecordBatch,
+        wire_offset: u64,
+    },
     /// Half-close the request; keep reading until the service ends the call.
     HalfClose,
 }
@@ -69,10 +72,10 @@ impl Handle {
     /// status), for at most `drain`; then cuts it.
     pub(crate) async fn finish(mut self, drain: Duration) {
         let _ = self.commands.send(Command::HalfClose);
-        if let Some(task) = self.task.as_mut() {
-            if tokio::time::timeout(drain, task).await.is_err() {
-                tracing::debug!(conn = %self.conn, "the call did not end within the drain window");
-            }
+        if let Some(task) = self.task.as_mut()
+            && tokio::time::timeout(drain, task).await.is_err()
+        {
+            tracing::debug!(conn = %self.conn, "the call did not end within the drain window");
         }
     }
 }
@@ -106,7 +109,11 @@ pub(crate) fn spawn(
         }
         .instrument(span),
     );
-    Handle { conn, commands, task: Some(task) }
+    Handle {
+        conn,
+        commands,
+        task: Some(task),
+    }
 }
 
 fn status_error(status: &tonic::Status) -> StreamError {
@@ -117,7 +124,9 @@ fn status_error(status: &tonic::Status) -> StreamError {
 }
 
 fn transport(message: impl Into<String>) -> StreamError {
-    StreamError::Transport { message: message.into() }
+    StreamError::Transport {
+        message: message.into(),
+    }
 }
 
 async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
@@ -153,7 +162,10 @@ async fn run(
         Ok(t) => t,
         Err(e) if e.is_retryable() => return failed(transport(e.to_string())),
         Err(e) => {
-            return failed(StreamError::Status { code: Code::Unauthenticated, message: e.to_string() });
+            return failed(StreamError::Status {
+                code: Code::Unauthenticated,
+                message: e.to_string(),
+            });
         }
     };
     let channel = match channel(shared).await {
@@ -168,7 +180,12 @@ async fn run(
         Ok(v) => {
             md.insert("x-databricks-zerobus-table-name", v);
         }
-        Err(_) => return failed(transport(format!("table name {:?} is not a valid header", table.name))),
+        Err(_) => {
+            return failed(transport(format!(
+                "table name {:?} is not a valid header",
+                table.name
+            )));
+        }
     }
     if let Some(token) = token {
         match MetadataValue::try_from(format!("Bearer {}", token.expose())) {

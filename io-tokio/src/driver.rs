@@ -249,7 +249,13 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                         continue;
                     };
                     tracing::debug!(table = %wire.name, %slot, %conn, "opening");
-                    let handle = conn::spawn(self.shared.clone(), wire, slot, conn, self.events_tx.clone());
+                    let handle = conn::spawn(
+                        self.shared.clone(),
+                        wire,
+                        slot,
+                        conn,
+                        self.events_tx.clone(),
+                    );
                     self.conns.insert(slot, handle);
                 }
                 Output::Send(t) => {
@@ -261,7 +267,11 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                         });
                     }
                 }
-                Output::Close { slot, conn, graceful } => {
+                Output::Close {
+                    slot,
+                    conn,
+                    graceful,
+                } => {
                     if graceful {
                         if let Some(h) = self.conns.get(&slot).filter(|h| h.conn == conn) {
                             let _ = h.commands.send(conn::Command::HalfClose);
@@ -273,19 +283,25 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 Output::Confirmed(burst) => {
                     let table = burst.table().index();
                     for c in burst {
-                        if let Some(id) = self.sent.remove(&(c.slot(), c.offset())) {
-                            if let Some(tx) = self.receipts.remove(&id) {
-                                let _ = tx.send(Ok(Delivered {
-                                    slot: c.slot(),
-                                    offset: c.offset(),
-                                    rows: c.rows(),
-                                    latency: c.confirmed_at().saturating_since(c.submitted_at()),
-                                }));
-                            }
+                        if let Some(tx) = self
+                            .sent
+                            .remove(&(c.slot(), c.offset()))
+                            .and_then(|id| self.receipts.remove(&id))
+                        {
+                            let _ = tx.send(Ok(Delivered {
+                                slot: c.slot(),
+                                offset: c.offset(),
+                                rows: c.rows(),
+                                latency: c.confirmed_at().saturating_since(c.submitted_at()),
+                            }));
                         }
                         self.report.rows += c.rows();
                         self.report.batches += 1;
-                        let name = self.tables.get(table).map_or("?", |t| t.name.as_str()).to_owned();
+                        let name = self
+                            .tables
+                            .get(table)
+                            .map_or("?", |t| t.name.as_str())
+                            .to_owned();
                         self.confirmer.confirmed(&name, c);
                     }
                 }

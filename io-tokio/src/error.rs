@@ -94,10 +94,17 @@ impl<L: Lane> fmt::Display for SendError<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SendError::Rejected { reason, batch, .. } => {
-                write!(f, "batch of {} rows not admitted: {reason}", batch.num_rows())
+                write!(
+                    f,
+                    "batch of {} rows not admitted: {reason}",
+                    batch.num_rows()
+                )
             }
             SendError::SchemaMismatch { table, detail, .. } => {
-                write!(f, "batch does not match the schema of table {table}: {detail}")
+                write!(
+                    f,
+                    "batch does not match the schema of table {table}: {detail}"
+                )
             }
             SendError::UnknownTable { table, .. } => write!(f, "{table} is not registered"),
             SendError::Stopped { .. } => f.write_str("the sink has stopped; batch not sent"),

@@ -37,6 +37,12 @@
 //! # Ok(()) }
 //! ```
 
+/// The README's examples (the core's run loop and the adapter's use), compiled as doctests so
+/// that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 mod auth;
 mod conn;
 mod driver;

@@ -146,10 +146,13 @@ pub trait BatchSink {
     /// Why a push failed.
     type Error;
     /// Submits a batch fire-and-forget (awaits only while the window is full).
-    fn push(&mut self, batch: &RecordBatch) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    fn push(&mut self, batch: &RecordBatch)
+    -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// Ends the current window: what was pushed since the last finish. Does not wait for
     /// durability (the confirmer hears of that).
-    fn finish(&mut self) -> impl Future<Output = Result<(CommitInfo, OffsetSpan), Self::Error>> + Send;
+    fn finish(
+        &mut self,
+    ) -> impl Future<Output = Result<(CommitInfo, OffsetSpan), Self::Error>> + Send;
 }
 
 /// Makes the token for each pushed batch of a [`TableWriter`].
@@ -194,21 +197,35 @@ impl<L: Lane> ZerobusSink<L> {
         confirmer: C,
     ) -> Result<ZerobusSink<L>, StartError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
-        let mut core = SinkCore::new(config.core.clone())?;
+        let mut core = SinkCore::new(config.core)?;
         let mut wires = Vec::new();
         for def in tables {
             let name = def.spec.name.clone();
-            if let Some(f) = def.schema.fields().iter().find(|f| matches!(f.data_type(), DataType::Dictionary(..))) {
+            if let Some(f) = def
+                .schema
+                .fields()
+                .iter()
+                .find(|f| matches!(f.data_type(), DataType::Dictionary(..)))
+            {
                 return Err(StartError::Table {
                     table: name,
-                    reason: format!("column {} is dictionary-encoded; cast it to its value type", f.name()),
+                    reason: format!(
+                        "column {} is dictionary-encoded; cast it to its value type",
+                        f.name()
+                    ),
                 });
             }
             let id = core.add_table(def.spec).map_err(|e| StartError::Table {
                 table: name.clone(),
                 reason: e.to_string(),
             })?;
-            wires.push((id, Arc::new(TableWire { name, schema: def.schema })));
+            wires.push((
+                id,
+                Arc::new(TableWire {
+                    name,
+                    schema: def.schema,
+                }),
+            ));
         }
         let mut user_agent = format!("zerobus-sink-rs/{}", env!("CARGO_PKG_VERSION"));
         if let Some(app) = &config.application_name {
@@ -241,7 +258,10 @@ impl<L: Lane> ZerobusSink<L> {
     /// The id of the table named `name`.
     #[must_use]
     pub fn table(&self, name: &str) -> Option<TableId> {
-        self.tables.iter().find(|(_, w)| w.name == name).map(|(id, _)| *id)
+        self.tables
+            .iter()
+            .find(|(_, w)| w.name == name)
+            .map(|(id, _)| *id)
     }
 
     /// Progress so far (`None` if the driver is gone).
@@ -256,14 +276,21 @@ impl<L: Lane> ZerobusSink<L> {
     /// summary.
     pub async fn close(self, within: Duration) -> Report {
         let (tx, rx) = oneshot::channel();
-        let _ = self.commands.send(Command::Close { within, reply: tx }).await;
+        let _ = self
+            .commands
+            .send(Command::Close { within, reply: tx })
+            .await;
         let report = rx.await.unwrap_or_default();
         let _ = self.task.await;
         report
     }
 
     /// A [`BatchSink`] for one table, making tokens with `positions`.
-    pub fn writer<P: Positions<L>>(&mut self, table: TableId, positions: P) -> TableWriter<'_, L, P> {
+    pub fn writer<P: Positions<L>>(
+        &mut self,
+        table: TableId,
+        positions: P,
+    ) -> TableWriter<'_, L, P> {
         TableWriter {
             sink: self,
             table,
@@ -273,7 +300,11 @@ impl<L: Lane> ZerobusSink<L> {
         }
     }
 
-    fn schema_mismatch(&self, route: Route, batch: &RecordBatch) -> Result<(), (String, Option<String>)> {
+    fn schema_mismatch(
+        &self,
+        route: Route,
+        batch: &RecordBatch,
+    ) -> Result<(), (String, Option<String>)> {
         let Some((_, wire)) = self.tables.iter().find(|(id, _)| *id == route.table()) else {
             return Err((String::new(), None));
         };
@@ -310,16 +341,34 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
         match self.schema_mismatch(route, &batch) {
             Ok(()) => {}
             Err((table, Some(detail))) => {
-                return Err(SendError::SchemaMismatch { table, detail, batch, token });
+                return Err(SendError::SchemaMismatch {
+                    table,
+                    detail,
+                    batch,
+                    token,
+                });
             }
             Err((_, None)) => {
-                return Err(SendError::UnknownTable { table: route.table(), batch, token });
+                return Err(SendError::UnknownTable {
+                    table: route.table(),
+                    batch,
+                    token,
+                });
             }
         }
         let (reply, rx) = oneshot::channel();
-        let submit = Submit { route, batch, token, reply };
-        if let Err(mpsc::error::SendError(Command::Submit(s))) = self.commands.send(Command::Submit(submit)).await {
-            return Err(SendError::Stopped { parts: Some((s.batch, s.token)) });
+        let submit = Submit {
+            route,
+            batch,
+            token,
+            reply,
+        };
+        if let Err(mpsc::error::SendError(Command::Submit(s))) =
+            self.commands.send(Command::Submit(submit)).await
+        {
+            return Err(SendError::Stopped {
+                parts: Some((s.batch, s.token)),
+            });
         }
         match rx.await {
             Ok(result) => result,
@@ -364,6 +413,9 @@ impl<L: Lane, P: Positions<L>> BatchSink for TableWriter<'_, L, P> {
     }
 
     async fn finish(&mut self) -> Result<(CommitInfo, OffsetSpan), SendError<L>> {
-        Ok((std::mem::take(&mut self.info), std::mem::take(&mut self.span)))
+        Ok((
+            std::mem::take(&mut self.info),
+            std::mem::take(&mut self.span),
+        ))
     }
 }

@@ -107,7 +107,10 @@ pub(crate) fn parse(result: &PutResult) -> Result<Response, MetadataError> {
         reason: e.to_string(),
         excerpt: String::from_utf8_lossy(&bytes[..bytes.len().min(64)]).into_owned(),
     })?;
-    if ack.ack_up_to_offset == -1 && ack.ack_up_to_records == 0 && ack.close_stream_duration_ms.is_none() {
+    if ack.ack_up_to_offset == -1
+        && ack.ack_up_to_records == 0
+        && ack.close_stream_duration_ms.is_none()
+    {
         return Ok(Response::Ready);
     }
     Ok(Response::Ack {
@@ -128,23 +131,43 @@ mod tests {
 
     #[test]
     fn ready_ack_and_rotation_parse() {
-        assert_eq!(parse(&put(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#)), Ok(Response::Ready));
         assert_eq!(
-            parse(&put(r#"{"ack_up_to_offset":99,"ack_up_to_records":5000}"#)),
-            Ok(Response::Ack { up_to_records: 5000, close_after_ms: None })
+            parse(&put(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#)),
+            Ok(Response::Ready)
         );
         assert_eq!(
-            parse(&put(r#"{"ack_up_to_offset":5,"ack_up_to_records":100,"close_stream_duration_ms":2000}"#)),
-            Ok(Response::Ack { up_to_records: 100, close_after_ms: Some(2000) })
+            parse(&put(r#"{"ack_up_to_offset":99,"ack_up_to_records":5000}"#)),
+            Ok(Response::Ack {
+                up_to_records: 5000,
+                close_after_ms: None
+            })
+        );
+        assert_eq!(
+            parse(&put(
+                r#"{"ack_up_to_offset":5,"ack_up_to_records":100,"close_stream_duration_ms":2000}"#
+            )),
+            Ok(Response::Ack {
+                up_to_records: 100,
+                close_after_ms: Some(2000)
+            })
         );
     }
 
     #[test]
     fn malformed_metadata_is_a_typed_error_not_a_panic() {
         assert_eq!(parse(&put("")), Err(MetadataError::Empty));
-        for bad in ["{", "null", "[]", r#"{"ack_up_to_offset":"x","ack_up_to_records":1}"#,
-            r#"{"ack_up_to_offset":1,"ack_up_to_records":-5}"#, "\u{0}\u{ff}garbage"] {
-            assert!(matches!(parse(&put(bad)), Err(MetadataError::Malformed { .. })), "{bad:?}");
+        for bad in [
+            "{",
+            "null",
+            "[]",
+            r#"{"ack_up_to_offset":"x","ack_up_to_records":1}"#,
+            r#"{"ack_up_to_offset":1,"ack_up_to_records":-5}"#,
+            "\u{0}\u{ff}garbage",
+        ] {
+            assert!(
+                matches!(parse(&put(bad)), Err(MetadataError::Malformed { .. })),
+                "{bad:?}"
+            );
         }
     }
 

@@ -75,18 +75,28 @@ impl Confirmer<Raw> for Recorder {
     fn confirmed(&mut self, _table: &str, confirmation: Confirmation<Raw>) {
         self.seen().committed.push(confirmation.commit().offset);
     }
-    fn failed(&mut self, _table: &str, batch: FailedBatch<Raw, RecordBatch>, reason: &FailureReason) {
+    fn failed(
+        &mut self,
+        _table: &str,
+        batch: FailedBatch<Raw, RecordBatch>,
+        reason: &FailureReason,
+    ) {
         let first = batch
             .batch
             .column(0)
             .as_any()
             .downcast_ref::<Int64Array>()
             .and_then(|c| c.values().first().copied());
-        self.seen().failed.push((first, batch.batch.num_rows(), reason.to_string()));
+        self.seen()
+            .failed
+            .push((first, batch.batch.num_rows(), reason.to_string()));
     }
 }
 
-pub async fn emulator(dir: &tempfile::TempDir, f: impl FnOnce(EmulatorConfig) -> EmulatorConfig) -> Emulator {
+pub async fn emulator(
+    dir: &tempfile::TempDir,
+    f: impl FnOnce(EmulatorConfig) -> EmulatorConfig,
+) -> Emulator {
     Emulator::start(f(EmulatorConfig::new(dir.path().join("wal"))))
         .await
         .expect("emulator starts")

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TABLE, Recorder, config, emulator, ids, orders, table};
+use common::{Recorder, TABLE, config, emulator, ids, orders, table};
 use zerobus_sink::{Raw, TableId, Token};
 use zerobus_sink_testkit::emulator::{Code, Fault, wal};
 use zerobus_sink_testkit::uc_stub::UcStub;
@@ -20,7 +20,10 @@ async fn send(sink: &mut ZerobusSink<Raw>, table: TableId, batches: i64) {
     for b in 0..batches {
         let start = b * ROWS;
         let token = Token::raw("orders", 0, start + ROWS - 1);
-        let _receipt = sink.send(table, orders(start, ROWS), token).await.expect("admitted");
+        let _receipt = sink
+            .send(table, orders(start, ROWS), token)
+            .await
+            .expect("admitted");
     }
 }
 
@@ -43,7 +46,11 @@ fn all_committed(recorder: &Recorder, batches: i64) {
     committed.sort_unstable();
     let expected: Vec<i64> = (0..batches).map(|b| b * ROWS + ROWS - 1).collect();
     assert_eq!(committed, expected, "every batch confirmed exactly once");
-    assert!(recorder.seen().failed.is_empty(), "{:?}", recorder.seen().failed);
+    assert!(
+        recorder.seen().failed.is_empty(),
+        "{:?}",
+        recorder.seen().failed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,11 +62,25 @@ async fn pool_of_three_streams_lands_every_row_once() {
     all_committed(&recorder, 300);
     assert_eq!(report.rows, 30_000);
     let stats = emu.stats();
-    assert_eq!(stats.max_open_per_table, 3, "the pool of three was open at once");
+    assert_eq!(
+        stats.max_open_per_table, 3,
+        "the pool of three was open at once"
+    );
     assert_eq!(stats.half_closes, 3, "close half-closes each stream");
     assert_eq!(stats.resets, 0);
-    assert_eq!(stats.codecs.get("zstd"), Some(&stats.messages), "zstd by default");
-    assert!(stats.user_agents.iter().all(|a| a.starts_with("zerobus-sink-rs/0.1.0")), "{:?}", stats.user_agents);
+    assert_eq!(
+        stats.codecs.get("zstd"),
+        Some(&stats.messages),
+        "zstd by default"
+    );
+    assert!(
+        stats
+            .user_agents
+            .iter()
+            .all(|a| a.starts_with("zerobus-sink-rs/0.1.0")),
+        "{:?}",
+        stats.user_agents
+    );
     // What is on disk, read back from the log file, is exactly the orders, once each.
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 30_000);
@@ -76,7 +97,11 @@ async fn soak_pipelines_on_real_sockets() {
     all_committed(&recorder, 1_000);
     // The anti-regression: with 20 ms to durability, a sink that waited per batch would have
     // one batch pending and one batch per ack.
-    assert!(report.metrics.max_pending > 1, "max pending {}", report.metrics.max_pending);
+    assert!(
+        report.metrics.max_pending > 1,
+        "max pending {}",
+        report.metrics.max_pending
+    );
     let coalesce = report.metrics.coalesce.mean().unwrap();
     assert!(coalesce > 1.0, "coalesce {coalesce}");
     assert!(emu.stats().acks < 1_000);
@@ -99,22 +124,35 @@ async fn killed_connection_replays_and_duplicates_are_bounded_by_the_replays() {
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 20_000, "every order is in the log");
     let duplicated = logged.values().filter(|n| **n > 1).count();
-    assert!(duplicated >= 20 * ROWS as usize, "the 20 unacked messages were replayed");
-    assert!(logged.values().all(|n| u64::from(*n) <= 1 + replays), "bounded by the replays");
+    assert!(
+        duplicated >= 20 * ROWS as usize,
+        "the 20 unacked messages were replayed"
+    );
+    assert!(
+        logged.values().all(|n| u64::from(*n) <= 1 + replays),
+        "bounded by the replays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_drains_half_closes_and_reopens_without_loss() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(2))).await;
-    emu.inject(TABLE, Fault::RotateAfter { messages: 10, grace: Duration::from_millis(1_500) });
+    emu.inject(
+        TABLE,
+        Fault::RotateAfter {
+            messages: 10,
+            grace: Duration::from_millis(1_500),
+        },
+    );
     let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
     let id = sink.table(TABLE).unwrap();
     // Ten batches earn the rotation signal; the rest go out while the stream drains and after.
     for b in 0..300 {
         let token = Token::raw("orders", 0, b * ROWS + ROWS - 1);
-        let _ = sink.send(id, orders(b * ROWS, ROWS), token).await.unwrap();
+        let _receipt = sink.send(id, orders(b * ROWS, ROWS), token).await.unwrap();
         if b == 9 {
             sink.flush().await.unwrap();
         }
@@ -125,9 +163,15 @@ async fn rotation_drains_half_closes_and_reopens_without_loss() {
     assert_eq!(report.metrics.rotations, 1);
     let stats = emu.stats();
     assert_eq!(stats.calls, 2, "one rotation, one new stream: {stats:?}");
-    assert_eq!(stats.half_closes, 2, "the rotated stream and the last one half-closed");
+    assert_eq!(
+        stats.half_closes, 2,
+        "the rotated stream and the last one half-closed"
+    );
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
-    assert!(logged.values().all(|n| *n == 1), "a graceful rotation duplicates nothing");
+    assert!(
+        logged.values().all(|n| *n == 1),
+        "a graceful rotation duplicates nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +182,10 @@ async fn concurrency_reject_backs_off_one_slot_while_the_others_carry_the_load()
     flushed.unwrap();
     all_committed(&recorder, 200);
     let stats = emu.stats();
-    assert!(stats.refused.get("ResourceExhausted").copied().unwrap_or(0) >= 1, "{stats:?}");
+    assert!(
+        stats.refused.get("ResourceExhausted").copied().unwrap_or(0) >= 1,
+        "{stats:?}"
+    );
     assert!(report.metrics.concurrency_rejects >= 1);
     assert_eq!(stats.max_open_per_table, 2);
 }
@@ -156,7 +203,10 @@ async fn auth_rejection_invalidates_the_token_and_refreshes_once() {
         client_secret: Secret::new(UcStub::CLIENT_SECRET),
     };
     let cfg = config(&emu).credentials(Credentials::OAuth(oauth));
-    assert!(!format!("{cfg:?}").contains(UcStub::CLIENT_SECRET), "no secret in Debug");
+    assert!(
+        !format!("{cfg:?}").contains(UcStub::CLIENT_SECRET),
+        "no secret in Debug"
+    );
     let (recorder, flushed, report) = run(cfg, 1, 20).await;
     flushed.unwrap();
     all_committed(&recorder, 20);
@@ -165,7 +215,10 @@ async fn auth_rejection_invalidates_the_token_and_refreshes_once() {
     assert_eq!(emu.stats().tokens, ["stub-token-1", "stub-token-2"]);
     let request = &uc.token_requests()[0];
     assert!(request.starts_with("scope=all-apis&resource=api%3A%2F%2Fdatabricks%2Fworkspaces%2F1234567890%2FzerobusDirectWriteApi&authorization_details="), "{request}");
-    assert!(request.contains("main.bronze.orders") && request.contains("zerobuswrite"), "{request}");
+    assert!(
+        request.contains("main.bronze.orders") && request.contains("zerobuswrite"),
+        "{request}"
+    );
     assert!(request.ends_with("grant_type=client_credentials"));
 }
 
@@ -176,10 +229,23 @@ async fn forward_ack_is_terminal_and_hands_every_batch_back() {
     emu.inject(TABLE, Fault::ForwardAckAfter { messages: 3 });
     let (recorder, flushed, report) = run(config(&emu), 1, 30).await;
     let seen = recorder.seen();
-    assert!(matches!(flushed, Err(FlushError::Failed { batches }) if batches as usize == seen.failed.len()), "{flushed:?}");
+    assert!(
+        matches!(flushed, Err(FlushError::Failed { batches }) if batches as usize == seen.failed.len()),
+        "{flushed:?}"
+    );
     assert!(!seen.failed.is_empty());
-    assert!(seen.failed.iter().all(|(_, _, why)| why.contains("exceeds")), "{:?}", seen.failed);
-    assert_eq!(seen.committed.len() + seen.failed.len(), 30, "every batch settled once");
+    assert!(
+        seen.failed
+            .iter()
+            .all(|(_, _, why)| why.contains("exceeds")),
+        "{:?}",
+        seen.failed
+    );
+    assert_eq!(
+        seen.committed.len() + seen.failed.len(),
+        30,
+        "every batch settled once"
+    );
     assert_eq!(emu.stats().calls, 1, "terminal: no reconnect");
     assert_eq!(report.failed_batches as usize, seen.failed.len());
 }
@@ -189,7 +255,8 @@ async fn shutdown_flushes_everything_then_half_closes() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(50))).await;
     let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(config(&emu), vec![table(2)], recorder.clone()).unwrap();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(2)], recorder.clone()).unwrap();
     let id = sink.table(TABLE).unwrap();
     let mut next = 0;
     let mut writer = sink.writer(id, move |b: &arrow_array::RecordBatch| {
@@ -213,14 +280,23 @@ async fn shutdown_flushes_everything_then_half_closes() {
 async fn a_server_error_status_mid_stream_is_retried_on_a_new_stream() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
-    emu.inject(TABLE, Fault::FailAfter { messages: 5, code: Code::Unavailable });
+    emu.inject(
+        TABLE,
+        Fault::FailAfter {
+            messages: 5,
+            code: Code::Unavailable,
+        },
+    );
     emu.inject(TABLE, Fault::HoldReady);
     let mut cfg = config(&emu);
     cfg.core.open_timeout = Duration::from_millis(300);
     let (recorder, flushed, report) = run(cfg, 1, 50).await;
     flushed.unwrap();
     all_committed(&recorder, 50);
-    assert!(emu.stats().calls >= 3, "failed, timed out waiting for READY, then served");
+    assert!(
+        emu.stats().calls >= 3,
+        "failed, timed out waiting for READY, then served"
+    );
     assert!(report.metrics.connections_failed >= 2);
 }
 
@@ -228,18 +304,28 @@ async fn a_server_error_status_mid_stream_is_retried_on_a_new_stream() {
 async fn a_batch_with_another_schema_is_handed_back_naming_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
-    let mut sink = ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], Recorder::default()).unwrap();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], Recorder::default()).unwrap();
     let id = sink.table(TABLE).unwrap();
     let other = arrow_array::RecordBatch::try_from_iter([(
         "order_id",
         std::sync::Arc::new(arrow_array::Int32Array::from(vec![1])) as arrow_array::ArrayRef,
     )])
     .unwrap();
-    let err = sink.send(id, other, Token::raw("orders", 0, 1)).await.unwrap_err();
+    let err = sink
+        .send(id, other, Token::raw("orders", 0, 1))
+        .await
+        .unwrap_err();
     let message = err.to_string();
-    assert!(message.contains(TABLE) && message.contains("order_id"), "{message}");
+    assert!(
+        message.contains(TABLE) && message.contains("order_id"),
+        "{message}"
+    );
     let (batch, token) = err.into_parts().expect("handed back");
     assert_eq!((batch.num_rows(), token.position().offset), (1, 1));
     let report = sink.close(Duration::from_secs(5)).await;
-    assert_eq!(report.metrics.connections_opened, 0, "nothing was opened for it");
+    assert_eq!(
+        report.metrics.connections_opened, 0,
+        "nothing was opened for it"
+    );
 }

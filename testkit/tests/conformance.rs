@@ -60,16 +60,36 @@ async fn ingest(emu: &Emulator, phases: Vec<Vec<RecordBatch>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_client_ingests_flushes_and_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let emu = Emulator::start(EmulatorConfig::new(dir.path())).await.unwrap();
+    let emu = Emulator::start(EmulatorConfig::new(dir.path()))
+        .await
+        .unwrap();
     // 600k Int64 rows (4.8 MB) are split by the client into several wire messages: the emulator
     // must count rows from the IPC headers for the acks to complete the batch.
-    ingest(&emu, vec![vec![ids(0, 1_000), ids(1_000, 600_000), ids(601_000, 1_000)]]).await;
+    ingest(
+        &emu,
+        vec![vec![
+            ids(0, 1_000),
+            ids(1_000, 600_000),
+            ids(601_000, 1_000),
+        ]],
+    )
+    .await;
     let stats = emu.stats();
     assert!(stats.messages >= 4, "the big batch was split: {stats:?}");
     assert_eq!(stats.rows, 602_000);
-    assert_eq!(stats.codecs.get("zstd"), Some(&stats.messages), "the client's default codec");
+    assert_eq!(
+        stats.codecs.get("zstd"),
+        Some(&stats.messages),
+        "the client's default codec"
+    );
     assert_eq!(stats.half_closes, 1, "close half-closes");
-    assert!(stats.user_agents.iter().any(|a| a.starts_with("zerobus-sdk-rs/2.12.0")), "{stats:?}");
+    assert!(
+        stats
+            .user_agents
+            .iter()
+            .any(|a| a.starts_with("zerobus-sdk-rs/2.12.0")),
+        "{stats:?}"
+    );
     let logged = counts(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 602_000);
     assert!(logged.values().all(|n| *n == 1));
@@ -78,17 +98,27 @@ async fn official_client_ingests_flushes_and_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_client_follows_a_rotation_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let emu = Emulator::start(EmulatorConfig::new(dir.path()).ack_latency(Duration::from_millis(5)))
-        .await
-        .unwrap();
-    emu.inject(TABLE, Fault::RotateAfter { messages: 2, grace: Duration::from_millis(1_000) });
+    let emu =
+        Emulator::start(EmulatorConfig::new(dir.path()).ack_latency(Duration::from_millis(5)))
+            .await
+            .unwrap();
+    emu.inject(
+        TABLE,
+        Fault::RotateAfter {
+            messages: 2,
+            grace: Duration::from_millis(1_000),
+        },
+    );
     // Two batches earn the rotation signal; the rest are sent while the client drains, waits
     // and reconnects, and must land on the new stream.
     let first = (0..2).map(|i| ids(i * 100, 100)).collect();
     let rest = (2..20).map(|i| ids(i * 100, 100)).collect();
     ingest(&emu, vec![first, rest]).await;
     let stats = emu.stats();
-    assert!(stats.calls >= 2, "the client reconnected after the rotation: {stats:?}");
+    assert!(
+        stats.calls >= 2,
+        "the client reconnected after the rotation: {stats:?}"
+    );
     let logged = counts(&emu.batches(TABLE));
     assert_eq!(logged.len(), 2_000, "every row landed");
 }

@@ -32,18 +32,33 @@ fn schema_message() -> FlightData {
 
 fn batch_message(offset: u64) -> FlightData {
     let (_, encoded) = IpcDataGenerator::default()
-        .encode(&batch(), &mut DictionaryTracker::new(false), &options(), &mut IpcWriteContext::default())
+        .encode(
+            &batch(),
+            &mut DictionaryTracker::new(false),
+            &options(),
+            &mut IpcWriteContext::default(),
+        )
         .unwrap();
     FlightData::from(encoded).with_app_metadata(format!("{{\"offset_id\":{offset}}}").into_bytes())
 }
 
 /// One DoPut with `messages`; the results until the call ended, or its error status.
-async fn call(emu: &Emulator, table: Option<&str>, messages: Vec<FlightData>) -> Result<Vec<PutResult>, Status> {
-    let channel = tonic::transport::Endpoint::from_shared(emu.url()).unwrap().connect().await.unwrap();
+async fn call(
+    emu: &Emulator,
+    table: Option<&str>,
+    messages: Vec<FlightData>,
+) -> Result<Vec<PutResult>, Status> {
+    let channel = tonic::transport::Endpoint::from_shared(emu.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut client = FlightServiceClient::new(channel);
     let mut request = tonic::Request::new(futures::stream::iter(messages));
     if let Some(t) = table {
-        request.metadata_mut().insert("x-databricks-zerobus-table-name", t.parse().unwrap());
+        request
+            .metadata_mut()
+            .insert("x-databricks-zerobus-table-name", t.parse().unwrap());
     }
     let mut responses = client.do_put(request).await?.into_inner();
     let mut out = Vec::new();
@@ -62,22 +77,45 @@ fn refused(result: Result<Vec<PutResult>, Status>, code: Code, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_gets_an_error_status_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let emu = Emulator::start(EmulatorConfig::new(dir.path())).await.unwrap();
+    let emu = Emulator::start(EmulatorConfig::new(dir.path()))
+        .await
+        .unwrap();
 
-    refused(call(&emu, None, vec![schema_message()]).await, Code::InvalidArgument, "table-name");
-    refused(call(&emu, Some(TABLE), vec![batch_message(0)]).await, Code::InvalidArgument, "schema");
     refused(
-        call(&emu, Some(TABLE), vec![schema_message(), batch_message(0), batch_message(2)]).await,
+        call(&emu, None, vec![schema_message()]).await,
+        Code::InvalidArgument,
+        "table-name",
+    );
+    refused(
+        call(&emu, Some(TABLE), vec![batch_message(0)]).await,
+        Code::InvalidArgument,
+        "schema",
+    );
+    refused(
+        call(
+            &emu,
+            Some(TABLE),
+            vec![schema_message(), batch_message(0), batch_message(2)],
+        )
+        .await,
         Code::InvalidArgument,
         "Non-incremental offset: expected 1, got 2",
     );
     let bad_metadata = batch_message(0).with_app_metadata(b"{offset_id: zero}".to_vec());
-    refused(call(&emu, Some(TABLE), vec![schema_message(), bad_metadata]).await, Code::InvalidArgument, "JSON");
+    refused(
+        call(&emu, Some(TABLE), vec![schema_message(), bad_metadata]).await,
+        Code::InvalidArgument,
+        "JSON",
+    );
     let garbage = FlightData::new()
         .with_data_header(vec![0xffu8; 64])
         .with_data_body(vec![1u8; 16])
         .with_app_metadata(b"{\"offset_id\":0}".to_vec());
-    refused(call(&emu, Some(TABLE), vec![schema_message(), garbage]).await, Code::InvalidArgument, "IPC");
+    refused(
+        call(&emu, Some(TABLE), vec![schema_message(), garbage]).await,
+        Code::InvalidArgument,
+        "IPC",
+    );
 
     // Every compressed buffer claims 1 TiB once decompressed.
     let mut bomb = batch_message(0);
@@ -96,12 +134,27 @@ async fn hostile_input_gets_an_error_status_and_the_server_keeps_serving() {
         assert!(length >= 8);
     }
     bomb.data_body = body.into();
-    refused(call(&emu, Some(TABLE), vec![schema_message(), bomb]).await, Code::ResourceExhausted, "decodes to");
+    refused(
+        call(&emu, Some(TABLE), vec![schema_message(), bomb]).await,
+        Code::ResourceExhausted,
+        "decodes to",
+    );
 
     // Still serving: READY, then one ack of 1000 rows, then OK at the half-close.
-    let ok = call(&emu, Some(TABLE), vec![schema_message(), batch_message(0)]).await.unwrap();
-    let metadata: Vec<String> = ok.iter().map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned()).collect();
-    assert_eq!(metadata, [r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#, r#"{"ack_up_to_offset":0,"ack_up_to_records":1000}"#]);
+    let ok = call(&emu, Some(TABLE), vec![schema_message(), batch_message(0)])
+        .await
+        .unwrap();
+    let metadata: Vec<String> = ok
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned())
+        .collect();
+    assert_eq!(
+        metadata,
+        [
+            r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#,
+            r#"{"ack_up_to_offset":0,"ack_up_to_records":1000}"#
+        ]
+    );
     // Logged: the valid message 0 of the gap case, and this call's. Nothing hostile.
     assert_eq!(emu.stats().rows, 2000);
 }

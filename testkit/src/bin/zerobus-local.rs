@@ -1,1 +1,80 @@
-fn main() {}
+//! `zerobus-local`: the loopback Zerobus emulator as a process.
+//!
+//! ```text
+//! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal] [--ack-latency-ms 0]
+//!               [--max-messages-per-ack 0] [--max-streams-per-table N]
+//! ```
+//! Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). Ctrl-C stops
+//! it and prints what it stored.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+
+fn usage(error: &str) -> ExitCode {
+    eprintln!("zerobus-local: {error}");
+    eprintln!(
+        "usage: zerobus-local [--addr HOST:PORT] [--wal-dir DIR] [--ack-latency-ms MS] \
+         [--max-messages-per-ack N] [--max-streams-per-table N]"
+    );
+    ExitCode::from(2)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut addr: SocketAddr = "127.0.0.1:50051".parse().expect("a valid address");
+    let mut config = EmulatorConfig::new("zerobus-local-wal");
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return usage("help");
+        }
+        let Some(value) = args.next() else {
+            return usage(&format!("{flag} needs a value"));
+        };
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        let applied = match flag.as_str() {
+            "--addr" => value
+                .parse()
+                .map(|a| addr = a)
+                .map_err(|e| format!("--addr {value}: {e}")),
+            "--wal-dir" => {
+                config.wal_dir = value.clone().into();
+                Ok(())
+            }
+            "--ack-latency-ms" => number().map(|n| config.ack_latency = Duration::from_millis(n)),
+            "--max-messages-per-ack" => number().map(|n| config.max_messages_per_ack = n as usize),
+            "--max-streams-per-table" => {
+                number().map(|n| config.max_streams_per_table = Some(n as usize))
+            }
+            other => Err(format!("unknown flag {other}")),
+        };
+        if let Err(e) = applied {
+            return usage(&e);
+        }
+    }
+    let emulator = match Emulator::bind(addr, config).await {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("zerobus-local: cannot listen on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "zerobus-local listening on {} (WAL in {})",
+        emulator.url(),
+        emulator.wal_dir().display()
+    );
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
+    }
+    println!("{:#?}", emulator.stats());
+    emulator.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -27,12 +27,16 @@ pub(crate) struct DecodedBatch {
 /// The `offset_id` of a post-schema message's `app_metadata` (`{"offset_id":N}`).
 pub(crate) fn offset_id(app_metadata: &[u8]) -> Result<u64, Status> {
     let value: serde_json::Value = serde_json::from_slice(app_metadata).map_err(|e| {
-        Status::invalid_argument(format!("app_metadata is not JSON ({e}); expected {{\"offset_id\":N}}"))
+        Status::invalid_argument(format!(
+            "app_metadata is not JSON ({e}); expected {{\"offset_id\":N}}"
+        ))
     })?;
     value
         .get("offset_id")
         .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| Status::invalid_argument("app_metadata has no non-negative integer offset_id"))
+        .ok_or_else(|| {
+            Status::invalid_argument("app_metadata has no non-negative integer offset_id")
+        })
 }
 
 /// The schema of the first message of a call.
@@ -42,8 +46,9 @@ pub(crate) fn schema(data: &FlightData) -> Result<SchemaRef, Status> {
             "the first message must be the schema, with empty app_metadata",
         ));
     }
-    let message = arrow_ipc::root_as_message(&data.data_header)
-        .map_err(|e| Status::invalid_argument(format!("first message is not an IPC message: {e}")))?;
+    let message = arrow_ipc::root_as_message(&data.data_header).map_err(|e| {
+        Status::invalid_argument(format!("first message is not an IPC message: {e}"))
+    })?;
     let fb = message
         .header_as_schema()
         .ok_or_else(|| Status::invalid_argument("the first message must be an IPC Schema"))?;
@@ -80,8 +85,12 @@ pub(crate) fn batch(
     let mut decoded: u64 = 0;
     for buffer in header.buffers().into_iter().flatten() {
         let (offset, length) = (buffer.offset(), buffer.length());
-        let end = offset.checked_add(length).filter(|_| offset >= 0 && length >= 0);
-        let Some(end) = end.and_then(|e| usize::try_from(e).ok()).filter(|e| *e <= body.len())
+        let end = offset
+            .checked_add(length)
+            .filter(|_| offset >= 0 && length >= 0);
+        let Some(end) = end
+            .and_then(|e| usize::try_from(e).ok())
+            .filter(|e| *e <= body.len())
         else {
             return Err(Status::invalid_argument(format!(
                 "IPC buffer [{offset}, +{length}) lies outside the {}-byte body",

@@ -186,7 +186,9 @@ pub(crate) struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug in a test; the state is still usable.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -9,7 +9,7 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::stream::{self, Empty as Nothing};
+use futures::stream::Empty as Nothing;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -113,7 +113,10 @@ impl FlightService for Service {
             let t = state.tables.entry(table.clone()).or_default();
             let fault = t.faults.pop_front();
             if let Some(Fault::RejectOpen { code }) = fault {
-                return refuse(&mut state, Status::new(code, format!("injected fault on {table}")));
+                return refuse(
+                    &mut state,
+                    Status::new(code, format!("injected fault on {table}")),
+                );
             }
             if limit.is_some_and(|n| t.open >= n) {
                 let open = t.open;
@@ -210,7 +213,6 @@ impl FlightService for Service {
         &self,
         _: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        let _: Unimplemented<ActionType> = stream::empty();
         Err(Status::unimplemented("list_actions"))
     }
 }
@@ -218,7 +220,7 @@ impl FlightService for Service {
 /// What the reader hands the writer.
 enum Item {
     Message {
-        data: FlightData,
+        data: Box<FlightData>,
         offset: u64,
         rows: u64,
         batch: arrow_array::RecordBatch,
@@ -304,7 +306,7 @@ impl Connection {
                         };
                         *shared.lock().stats.codecs.entry(codec).or_default() += 1;
                         let item = Item::Message {
-                            data,
+                            data: Box::new(data),
                             offset,
                             rows: decoded.rows,
                             batch: decoded.batch,
@@ -373,7 +375,7 @@ impl Connection {
                     batch,
                 } = item
                 {
-                    frames.push(data);
+                    frames.push(*data);
                     batches.push(batch);
                     rows += r;
                     last = i64::try_from(offset).unwrap_or(i64::MAX);

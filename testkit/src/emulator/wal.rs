@@ -69,7 +69,13 @@ impl Wal {
 pub(crate) fn path(dir: &Path, table: &str) -> PathBuf {
     let name: String = table
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     dir.join(format!("{name}.wal"))
 }
@@ -123,7 +129,8 @@ pub fn read(path: &Path) -> io::Result<Vec<RecordBatch>> {
                 let s = schema
                     .as_ref()
                     .ok_or_else(|| corrupt(at, "batch before any schema".into()))?;
-                let b = super::frame::batch(&data, s, u64::MAX).map_err(|e| corrupt(at, e.to_string()))?;
+                let b = super::frame::batch(&data, s, u64::MAX)
+                    .map_err(|e| corrupt(at, e.to_string()))?;
                 out.push(b.batch);
             }
             k => return Err(corrupt(at, format!("unknown record kind {k}"))),
