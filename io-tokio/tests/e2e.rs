@@ -123,10 +123,12 @@ async fn killed_connection_replays_and_duplicates_are_bounded_by_the_replays() {
     // again, so they are there twice: at most once more per replay.
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 20_000, "every order is in the log");
+    // The group of messages that crossed 20 was logged but not acked before the cut: at least
+    // one whole message of it came again on the new connection.
     let duplicated = logged.values().filter(|n| **n > 1).count();
     assert!(
-        duplicated >= 20 * ROWS as usize,
-        "the 20 unacked messages were replayed"
+        duplicated >= ROWS as usize,
+        "the unacked messages were replayed"
     );
     assert!(
         logged.values().all(|n| u64::from(*n) <= 1 + replays),
