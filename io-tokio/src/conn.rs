@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::Instrument;
-use zerobus_sink::{Code, ConnGen, Input, SlotId, StreamError};
+use zerobus_sink::{Code, ConnGen, Input, SchemaCause, SlotId, StreamError};
 
 use crate::auth::TokenSource;
 use crate::wire::{self, Response};
@@ -35,6 +35,7 @@ pub(crate) struct Shared {
     pub(crate) endpoint: String,
     pub(crate) user_agent: String,
     pub(crate) connect_timeout: Duration,
+    pub(crate) tls_ca_pem: Option<Vec<u8>>,
     pub(crate) options: IpcWriteOptions,
     pub(crate) tokens: TokenSource,
 }
@@ -116,7 +117,22 @@ pub(crate) fn spawn(
     }
 }
 
-fn status_error(status: &tonic::Status) -> StreamError {
+/// A status as the core sees it: `SCHEMA_VALIDATION_FAILED` details (domain
+/// `zerobus.databricks.com` or empty) make it a schema rejection, as in the official client
+/// (PROTOCOL.md C.2); anything else is its code and message.
+pub(crate) fn status_error(status: &tonic::Status) -> StreamError {
+    use tonic_types::StatusExt;
+    if let Some(info) = status.get_details_error_info()
+        && info.reason == "SCHEMA_VALIDATION_FAILED"
+        && (info.domain == "zerobus.databricks.com" || info.domain.is_empty())
+    {
+        let causes = info.metadata.get("causes").map_or("", String::as_str);
+        return StreamError::SchemaRejected {
+            causes: SchemaCause::parse_list(causes),
+            error_code: info.metadata.get("error_code").cloned(),
+            message: status.message().to_owned(),
+        };
+    }
     StreamError::Status {
         code: Code::from_i32(status.code() as i32),
         message: status.message().to_owned(),
@@ -138,8 +154,12 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
         .user_agent(shared.user_agent.clone())
         .map_err(|e| transport(format!("bad user agent: {e}")))?;
     if shared.endpoint.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new().with_webpki_roots();
+        if let Some(pem) = &shared.tls_ca_pem {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
         endpoint = endpoint
-            .tls_config(ClientTlsConfig::new().with_webpki_roots())
+            .tls_config(tls)
             .map_err(|e| transport(format!("TLS for {}: {e}", shared.endpoint)))?;
     }
     endpoint
@@ -254,6 +274,63 @@ async fn run(
                 // The driver is gone: nothing will read what this connection reports.
                 None => return failed(transport("the driver stopped")),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    fn with_info(reason: &str, domain: &str) -> tonic::Status {
+        let metadata = HashMap::from([
+            (
+                "causes".to_owned(),
+                "TYPE_INCOMPATIBLE, FIELD_NOT_IN_TABLE,NEW_ONE".to_owned(),
+            ),
+            ("error_code".to_owned(), "8001".to_owned()),
+        ]);
+        tonic::Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            "schema mismatch",
+            ErrorDetails::with_error_info(reason, domain, metadata),
+        )
+    }
+
+    #[test]
+    fn schema_validation_details_become_a_schema_rejection() {
+        for domain in ["zerobus.databricks.com", ""] {
+            let StreamError::SchemaRejected {
+                causes,
+                error_code,
+                message,
+            } = status_error(&with_info("SCHEMA_VALIDATION_FAILED", domain))
+            else {
+                panic!("not a schema rejection for domain {domain:?}");
+            };
+            assert_eq!(
+                causes,
+                [
+                    SchemaCause::TypeIncompatible,
+                    SchemaCause::FieldNotInTable,
+                    SchemaCause::Unknown("NEW_ONE".into())
+                ]
+            );
+            assert_eq!(
+                (error_code.as_deref(), message.as_str()),
+                (Some("8001"), "schema mismatch")
+            );
+        }
+        for (reason, domain) in [("SCHEMA_VALIDATION_FAILED", "example.com"), ("OTHER", "")] {
+            assert!(matches!(
+                status_error(&with_info(reason, domain)),
+                StreamError::Status {
+                    code: Code::InvalidArgument,
+                    ..
+                }
+            ));
         }
     }
 }

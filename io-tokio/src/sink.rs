@@ -35,6 +35,9 @@ pub struct ZerobusConfig {
     pub core: SinkConfig,
     /// Appended to the user agent (`zerobus-sink-rs/<version> <application_name>`).
     pub application_name: Option<String>,
+    /// An extra trust anchor (PEM) for `https` endpoints, e.g. a private CA in front of the
+    /// service; the webpki roots are trusted either way.
+    pub tls_ca_pem: Option<Vec<u8>>,
 }
 
 impl ZerobusConfig {
@@ -53,7 +56,15 @@ impl ZerobusConfig {
             compression: Compression::default(),
             core: SinkConfig::default(),
             application_name: None,
+            tls_ca_pem: None,
         }
+    }
+
+    /// Trusts this PEM certificate (a private CA) for `https` endpoints, besides the webpki roots.
+    #[must_use]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> ZerobusConfig {
+        self.tls_ca_pem = Some(pem.into());
+        self
     }
 
     /// Sets the credentials.
@@ -236,6 +247,7 @@ impl<L: Lane> ZerobusSink<L> {
             endpoint: config.endpoint.clone(),
             user_agent,
             connect_timeout: config.core.open_timeout,
+            tls_ca_pem: config.tls_ca_pem.clone(),
             options: wire::write_options(config.compression)?,
             tokens: TokenSource::new(config.credentials),
         });

@@ -331,3 +331,93 @@ async fn a_batch_with_another_schema_is_handed_back_naming_the_table() {
         "nothing was opened for it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_rejection_fails_the_table_naming_the_causes_without_retrying() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c).await;
+    emu.inject(
+        TABLE,
+        Fault::RejectSchema {
+            causes: "TYPE_INCOMPATIBLE".into(),
+        },
+    );
+    let recorder = Recorder::default();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    // Batches admitted before the rejection arrives are handed back to the confirmer; once the
+    // table has failed, sends are refused at once, naming the cause.
+    let mut refused = Vec::new();
+    for b in 0..20 {
+        let token = Token::raw("orders", 0, b * ROWS + ROWS - 1);
+        if let Err(e) = sink.send(id, orders(b * ROWS, ROWS), token).await {
+            refused.push(e.to_string());
+        }
+        if b == 0 {
+            // Let the first batch meet the rejection.
+            assert!(matches!(
+                sink.flush().await,
+                Err(FlushError::Failed { batches: 1 })
+            ));
+        }
+    }
+    let report = sink.close(Duration::from_secs(5)).await;
+    let seen = recorder.seen();
+    let why = |m: &String| m.contains("schema rejected") && m.contains("TypeIncompatible");
+    assert!(
+        !seen.failed.is_empty() && seen.failed.iter().all(|(_, _, m)| why(m)),
+        "{:?}",
+        seen.failed
+    );
+    assert!(
+        !refused.is_empty() && refused.iter().all(why),
+        "{refused:?}"
+    );
+    assert_eq!(
+        seen.failed.len() + refused.len(),
+        20,
+        "every batch accounted for"
+    );
+    assert!(seen.committed.is_empty());
+    assert_eq!(emu.stats().calls, 1, "not retryable: no second call");
+    assert_eq!(report.metrics.tables_failed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_endpoints_verify_the_certificate() {
+    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, private) = (key.cert.pem(), key.signing_key.serialize_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| {
+        c.tls(cert.clone().into_bytes(), private.into_bytes())
+    })
+    .await;
+    assert!(emu.url().starts_with("https://127.0.0.1:"));
+
+    // Trusting the certificate: every batch lands, over TLS.
+    let (recorder, flushed, _) = run(config(&emu).tls_ca_pem(cert.into_bytes()), 1, 20).await;
+    flushed.unwrap();
+    all_committed(&recorder, 20);
+
+    // Not trusting it: the handshake fails, retries run out, every batch is handed back.
+    let (recorder, flushed, _) = run(config(&emu), 1, 3).await;
+    assert!(
+        matches!(flushed, Err(FlushError::Failed { batches: 3 })),
+        "{flushed:?}"
+    );
+    let seen = recorder.seen();
+    assert!(seen.committed.is_empty());
+    assert!(
+        seen.failed
+            .iter()
+            .all(|(_, _, why)| why.contains("transport")),
+        "{:?}",
+        seen.failed
+    );
+    assert_eq!(
+        emu.stats().calls,
+        1,
+        "only the trusting client's call reached the service"
+    );
+}

@@ -52,6 +52,8 @@ pub struct EmulatorConfig {
     pub max_message_bytes: usize,
     /// A record batch message may decode to at most this many bytes.
     pub max_decoded_bytes: u64,
+    /// Serve TLS with this PEM certificate chain and private key (`None`: plaintext).
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl EmulatorConfig {
@@ -65,7 +67,15 @@ impl EmulatorConfig {
             max_streams_per_table: None,
             max_message_bytes: 16 << 20,
             max_decoded_bytes: 256 << 20,
+            tls: None,
         }
+    }
+
+    /// Serves TLS with this PEM certificate chain and key; [`Emulator::url`] becomes `https://`.
+    #[must_use]
+    pub fn tls(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> EmulatorConfig {
+        self.tls = Some((cert_pem, key_pem));
+        self
     }
 
     /// Sets [`ack_latency`](EmulatorConfig::ack_latency).
@@ -101,6 +111,13 @@ pub enum Fault {
     },
     /// Accept the schema but never send READY.
     HoldReady,
+    /// Refuse the schema: `INVALID_ARGUMENT` with a `google.rpc.ErrorInfo` detail
+    /// (`SCHEMA_VALIDATION_FAILED`, domain `zerobus.databricks.com`, `metadata.causes`), as the
+    /// service does (PROTOCOL.md C.2).
+    RejectSchema {
+        /// The comma-separated causes, e.g. `"TYPE_INCOMPATIBLE,FIELD_NOT_IN_TABLE"`.
+        causes: String,
+    },
     /// Once at least `messages` messages are logged (and before acking them), end the call
     /// with this status.
     FailAfter {
@@ -196,6 +213,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct Emulator {
     addr: SocketAddr,
+    scheme: &'static str,
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -213,6 +231,22 @@ impl Emulator {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let max = config.max_message_bytes;
+        let mut builder = tonic::transport::Server::builder();
+        if let Some((cert, key)) = &config.tls {
+            // tonic's server TLS takes the process-default provider; with both ring and
+            // aws-lc-rs compiled in there is none until one is installed (an error here means
+            // one already is, which is fine).
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            let identity = tonic::transport::Identity::from_pem(cert, key);
+            builder = builder
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS: {e}")))?;
+        }
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State::default()),
@@ -223,7 +257,7 @@ impl Emulator {
             .max_encoding_message_size(max);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
+            let served = builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(socket::incoming(listener), async {
                     let _ = stopped.await;
@@ -235,6 +269,7 @@ impl Emulator {
         });
         Ok(Emulator {
             addr,
+            scheme,
             shared,
             stop: Some(stop),
             task: Some(task),
@@ -247,10 +282,10 @@ impl Emulator {
         self.addr
     }
 
-    /// Its endpoint URL (`http://127.0.0.1:PORT`).
+    /// Its endpoint URL (`http://127.0.0.1:PORT`, or `https://` when serving TLS).
     #[must_use]
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Queues a fault for the next connection of `table`.

@@ -75,7 +75,12 @@ impl FlightService for Service {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
         let shared = &self.shared;
-        let switch = request.extensions().get::<KillSwitch>().cloned();
+        let extensions = request.extensions();
+        let switch = extensions.get::<KillSwitch>().cloned().or_else(|| {
+            extensions
+                .get::<tonic::transport::server::TlsConnectInfo<KillSwitch>>()
+                .map(|info| info.get_ref().clone())
+        });
         let table = header(&request, "x-databricks-zerobus-table-name").map(str::to_owned);
         let agent = header(&request, "user-agent").map(str::to_owned);
         let token = header(&request, "authorization")
@@ -262,6 +267,23 @@ impl Connection {
             Ok(s) => s,
             Err(status) => return self.fail(status),
         };
+        if let Some(Fault::RejectSchema { causes }) = &self.fault {
+            let metadata = std::collections::HashMap::from([
+                ("causes".to_owned(), causes.clone()),
+                ("error_code".to_owned(), "8001".to_owned()),
+            ]);
+            let details = tonic_types::ErrorDetails::with_error_info(
+                "SCHEMA_VALIDATION_FAILED",
+                "zerobus.databricks.com",
+                metadata,
+            );
+            let table = &self.call.table;
+            return self.fail(<Status as tonic_types::StatusExt>::with_error_details(
+                tonic::Code::InvalidArgument,
+                format!("schema does not match table {table}"),
+                details,
+            ));
+        }
         if self.fault == Some(Fault::HoldReady) {
             while let Ok(Some(_)) = input.message().await {}
             return;
