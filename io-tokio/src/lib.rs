@@ -43,6 +43,36 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+/// The lane is fixed by the sink's type: a confirmer of derived-lane coverage cannot be given a
+/// raw sink, so raw confirmations can never be mistaken for coverage (unsatisfied trait bound):
+///
+/// ```compile_fail,E0277
+/// use arrow_array::RecordBatch;
+/// use zerobus_sink::{Confirmation, Derived, FailedBatch, FailureReason, Raw};
+/// use zerobus_sink_tokio::{Confirmer, ZerobusConfig, ZerobusSink};
+/// struct Coverage;
+/// impl Confirmer<Derived> for Coverage {
+///     fn confirmed(&mut self, _: &str, _: Confirmation<Derived>) {}
+///     fn failed(&mut self, _: &str, _: FailedBatch<Derived, RecordBatch>, _: &FailureReason) {}
+/// }
+/// let sink = ZerobusSink::<Raw>::start(ZerobusConfig::new("http://127.0.0.1:1"), vec![], Coverage);
+/// ```
+///
+/// Its twin compiles: the same confirmer with a derived sink.
+///
+/// ```no_run
+/// # use arrow_array::RecordBatch;
+/// # use zerobus_sink::{Confirmation, Derived, FailedBatch, FailureReason};
+/// # use zerobus_sink_tokio::{Confirmer, ZerobusConfig, ZerobusSink};
+/// # struct Coverage;
+/// # impl Confirmer<Derived> for Coverage {
+/// #     fn confirmed(&mut self, _: &str, _: Confirmation<Derived>) {}
+/// #     fn failed(&mut self, _: &str, _: FailedBatch<Derived, RecordBatch>, _: &FailureReason) {}
+/// # }
+/// let sink = ZerobusSink::<Derived>::start(ZerobusConfig::new("http://127.0.0.1:1"), vec![], Coverage);
+/// ```
+pub mod lanes {}
+
 mod auth;
 mod conn;
 mod driver;

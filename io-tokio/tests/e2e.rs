@@ -421,3 +421,25 @@ async fn tls_endpoints_verify_the_certificate() {
         "only the trusting client's call reached the service"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_awaits_while_the_window_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(30))).await;
+    let mut cfg = config(&emu);
+    cfg.core.window = zerobus_sink::WindowLimits {
+        max_batches: 2,
+        ..zerobus_sink::WindowLimits::default()
+    };
+    let (recorder, flushed, report) = run(cfg, 1, 20).await;
+    flushed.unwrap();
+    all_committed(&recorder, 20);
+    // Twenty sends through a window of two: sends waited for acks, and never more than two
+    // batches were on the stream plus two in the table's queue (each bounded by the window).
+    assert!(report.metrics.backpressured >= 1, "{:?}", report.metrics);
+    assert!(
+        report.metrics.max_pending <= 4,
+        "max pending {}",
+        report.metrics.max_pending
+    );
+}
