@@ -158,3 +158,61 @@ async fn hostile_input_gets_an_error_status_and_the_server_keeps_serving() {
     // Logged: the valid message 0 of the gap case, and this call's. Nothing hostile.
     assert_eq!(emu.stats().rows, 2000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_are_cumulative_rows_and_batch_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let one_per_ack =
+        Emulator::start(EmulatorConfig::new(dir.path().join("a")).max_messages_per_ack(1))
+            .await
+            .unwrap();
+    let messages = || (0..5).map(batch_message);
+    let replies = call(
+        &one_per_ack,
+        Some(TABLE),
+        std::iter::once(schema_message())
+            .chain(messages())
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let metadata: Vec<String> = replies
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned())
+        .collect();
+    let expected: Vec<String> =
+        std::iter::once(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#.to_owned())
+            .chain((0..5).map(|i| {
+                format!(
+                    r#"{{"ack_up_to_offset":{i},"ack_up_to_records":{}}}"#,
+                    (i + 1) * 1000
+                )
+            }))
+            .collect();
+    assert_eq!(metadata, expected, "one ack per message, cumulative rows");
+
+    // With a latency, messages that arrive meanwhile share an ack.
+    let batched = Emulator::start(
+        EmulatorConfig::new(dir.path().join("b"))
+            .ack_latency(std::time::Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    let replies = call(
+        &batched,
+        Some(TABLE),
+        std::iter::once(schema_message())
+            .chain(messages())
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let last = String::from_utf8_lossy(&replies.last().unwrap().app_metadata).into_owned();
+    assert_eq!(last, r#"{"ack_up_to_offset":4,"ack_up_to_records":5000}"#);
+    assert!(
+        replies.len() < 6,
+        "fewer acks than messages: {}",
+        replies.len() - 1
+    );
+    assert_eq!(batched.stats().acks as usize, replies.len() - 1);
+}
