@@ -443,3 +443,40 @@ async fn send_awaits_while_the_window_is_full() {
         report.metrics.max_pending
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_above_the_wire_limit_is_split_without_breaking_the_row_accounting() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c).await;
+    // The default window holds 50,000 rows per stream; this batch is twice that.
+    let mut cfg = config(&emu);
+    cfg.core.window.max_rows = 200_000;
+    let recorder = Recorder::default();
+    let mut sink = ZerobusSink::<Raw>::start(cfg, vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    // ~4.6 MB of Arrow data: above the 2 MiB message limit, so the core sends row slices, each
+    // its own wire offset; the batch is confirmed once, when the ack covers its last slice.
+    let big = orders(0, 100_000);
+    assert!(zerobus_sink::Batch::bytes(&big) > 2 * 1024 * 1024);
+    let receipt = sink
+        .send(id, big, Token::raw("orders", 0, 99_999))
+        .await
+        .unwrap();
+    let small = sink
+        .send(id, orders(100_000, 10), Token::raw("orders", 0, 100_009))
+        .await
+        .unwrap();
+    let delivered = receipt.await.unwrap();
+    assert_eq!(delivered.rows, 100_000);
+    small.await.unwrap();
+    sink.close(Duration::from_secs(30)).await;
+    assert_eq!(recorder.seen().committed, [99_999, 100_009]);
+    let stats = emu.stats();
+    assert!(
+        stats.messages >= 3,
+        "split into several messages: {stats:?}"
+    );
+    let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
+    assert_eq!(logged.len(), 100_010);
+    assert!(logged.values().all(|n| *n == 1));
+}
