@@ -31,7 +31,9 @@ fn counts(batches: &[RecordBatch]) -> BTreeMap<i64, u32> {
     out
 }
 
-/// Ingests each phase's batches, flushing after each phase; then closes.
+/// Ingests each phase's batches, flushing after each phase; then closes. Phase `i > 0` starts
+/// once the client has opened its `i + 1`-th stream (a fault made it reconnect), so that close
+/// never races the client's own recovery.
 async fn ingest(emu: &Emulator, phases: Vec<Vec<RecordBatch>>) {
     let sdk = ZerobusSdk::builder()
         .endpoint(emu.url())
@@ -47,7 +49,12 @@ async fn ingest(emu: &Emulator, phases: Vec<Vec<RecordBatch>>) {
         .build_arrow()
         .await
         .expect("stream opens: READY understood");
-    for batches in phases {
+    for (i, batches) in phases.into_iter().enumerate() {
+        let streams = i as u64 + 1;
+        let reconnected = emu.until(|s| s.ready >= streams);
+        tokio::time::timeout(Duration::from_secs(30), reconnected)
+            .await
+            .expect("the client reconnected");
         for b in batches {
             stream.ingest_batch(b).await.expect("batch accepted");
         }

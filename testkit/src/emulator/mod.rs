@@ -198,14 +198,50 @@ pub(crate) struct Shared {
     config: EmulatorConfig,
     state: Mutex<State>,
     wals: tokio::sync::Mutex<BTreeMap<String, wal::Wal>>,
+    /// Woken whenever the state may have changed (see [`Emulator::until`]).
+    changed: tokio::sync::Notify,
+}
+
+/// The locked state; releasing it wakes [`Emulator::until`] waiters to look again.
+struct StateGuard<'a> {
+    guard: MutexGuard<'a, State>,
+    changed: &'a tokio::sync::Notify,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.changed.notify_waiters();
+    }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// The state, without waking waiters (for reads that change nothing).
+    fn read(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug in a test; the state is still usable.
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state, for changes: waiters look again when it is released.
+    fn lock(&self) -> StateGuard<'_> {
+        StateGuard {
+            guard: self.read(),
+            changed: &self.changed,
+        }
     }
 }
 
@@ -251,6 +287,7 @@ impl Emulator {
             config,
             state: Mutex::new(State::default()),
             wals: tokio::sync::Mutex::new(BTreeMap::new()),
+            changed: tokio::sync::Notify::new(),
         });
         let service = FlightServiceServer::new(service::Service::new(shared.clone()))
             .max_decoding_message_size(max)
@@ -307,7 +344,7 @@ impl Emulator {
     /// The batches logged for `table`, in the order they were made durable.
     #[must_use]
     pub fn batches(&self, table: &str) -> Vec<RecordBatch> {
-        let state = self.shared.lock();
+        let state = self.shared.read();
         state
             .tables
             .get(table)
@@ -330,7 +367,19 @@ impl Emulator {
     /// The counters so far.
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.shared.lock().stats.clone()
+        self.shared.read().stats.clone()
+    }
+
+    /// Waits until the counters satisfy `condition` (for example, until a client has reconnected):
+    /// tests await the event instead of sleeping.
+    pub async fn until(&self, condition: impl Fn(&Stats) -> bool) {
+        loop {
+            let changed = self.shared.changed.notified();
+            if condition(&self.shared.read().stats) {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Stops accepting calls and waits for the server task to end.
