@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_flight::FlightData;
 use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{FlightData, PutResult};
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::SchemaRef;
 use futures::channel::mpsc as fmpsc;
@@ -229,26 +229,11 @@ async fn run(
     loop {
         tokio::select! {
             message = responses.message() => match message {
-                Ok(Some(result)) => match wire::parse(&result) {
-                    Ok(Response::Ready) if !ready => {
-                        ready = true;
-                        report(Input::Ready { slot, conn });
+                Ok(Some(result)) => {
+                    if let Err(end) = on_put_result(&result, &mut ready, slot, conn, report) {
+                        return end;
                     }
-                    Ok(Response::Ready) => {}
-                    Ok(Response::Ack { .. }) | Err(_) if !ready => {
-                        let what = format!("{:?}", wire::parse(&result));
-                        return failed(transport(format!("unexpected first response (not READY): {what}")));
-                    }
-                    Ok(Response::Ack { up_to_records, close_after_ms }) => {
-                        if up_to_records > 0 {
-                            report(Input::Acked { slot, conn, up_to_records });
-                        }
-                        if let Some(ms) = close_after_ms {
-                            report(Input::Rotate { slot, conn, grace: Duration::from_millis(ms) });
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "ignoring a PutResult"),
-                },
+                }
                 Ok(None) if ready => return Input::Closed { slot, conn },
                 Ok(None) => return failed(StreamError::Status {
                     code: Code::Internal,
@@ -264,7 +249,9 @@ async fn run(
                                 let _ = r.unbounded_send(data);
                             }
                         }
-                        Err(e) => return failed(transport(format!("encoding wire offset {wire_offset}: {e}"))),
+                        Err(e) => {
+                            return failed(transport(format!("encoding wire offset {wire_offset}: {e}")));
+                        }
                     }
                 }
                 Some(Command::HalfClose) => {
@@ -276,6 +263,48 @@ async fn run(
             },
         }
     }
+}
+
+/// Acts on one `PutResult`: reports READY, acks and rotation requests; `Err` is the input that
+/// ends the connection (anything but READY first, PROTOCOL.md A.3). Unparseable metadata after
+/// READY is logged and ignored, as the official client does.
+fn on_put_result(
+    result: &PutResult,
+    ready: &mut bool,
+    slot: SlotId,
+    conn: ConnGen,
+    report: &impl Fn(Input),
+) -> Result<(), Input> {
+    let parsed = wire::parse(result);
+    match parsed {
+        Ok(Response::Ready) if !*ready => {
+            *ready = true;
+            report(Input::Ready { slot, conn });
+        }
+        Ok(Response::Ready) => {}
+        _ if !*ready => {
+            let error = transport(format!("unexpected first response (not READY): {parsed:?}"));
+            return Err(Input::Failed { slot, conn, error });
+        }
+        Ok(Response::Ack {
+            up_to_records,
+            close_after_ms,
+        }) => {
+            if up_to_records > 0 {
+                report(Input::Acked {
+                    slot,
+                    conn,
+                    up_to_records,
+                });
+            }
+            if let Some(ms) = close_after_ms {
+                let grace = Duration::from_millis(ms);
+                report(Input::Rotate { slot, conn, grace });
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "ignoring a PutResult"),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

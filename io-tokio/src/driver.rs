@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zerobus_sink::{
     Admitted, Batch, FailedBatch, Lane, LogicalOffset, Output, RejectReason, Route, SinkCore,
-    SlotId, Time, Token,
+    SlotId, TableId, Time, Token,
 };
 
 use crate::conn::{self, Event, TableWire};
@@ -120,8 +120,9 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         self.epoch + Duration::from_micros(at.as_micros())
     }
 
-    fn table_name(&self, index: usize) -> &str {
-        self.tables.get(index).map_or("?", |t| t.name.as_str())
+    /// The table's wire description (the core only names tables the driver registered).
+    fn wire(&self, table: TableId) -> Option<Arc<TableWire>> {
+        self.tables.get(table.index()).cloned()
     }
 
     /// Runs until the sink is closed (by `close`, or because the handle was dropped).
@@ -245,7 +246,7 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         loop {
             match self.core.poll_output(now) {
                 Output::Open { table, slot, conn } => {
-                    let Some(wire) = self.tables.get(table.index()).cloned() else {
+                    let Some(wire) = self.wire(table) else {
                         continue;
                     };
                     tracing::debug!(table = %wire.name, %slot, %conn, "opening");
@@ -281,7 +282,8 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                     }
                 }
                 Output::Confirmed(burst) => {
-                    let table = burst.table().index();
+                    let wire = self.wire(burst.table());
+                    let name = wire.as_deref().map_or("?", |w| w.name.as_str());
                     for c in burst {
                         if let Some(tx) = self
                             .sent
@@ -297,16 +299,12 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                         }
                         self.report.rows += c.rows();
                         self.report.batches += 1;
-                        let name = self
-                            .tables
-                            .get(table)
-                            .map_or("?", |t| t.name.as_str())
-                            .to_owned();
-                        self.confirmer.confirmed(&name, c);
+                        self.confirmer.confirmed(name, c);
                     }
                 }
                 Output::Failed(failed) => {
-                    let name = self.table_name(failed.table.index()).to_owned();
+                    let wire = self.wire(failed.table);
+                    let name = wire.as_deref().map_or("?", |w| w.name.as_str());
                     tracing::warn!(table = %name, reason = %failed.reason, batches = failed.batches.len(), "batches handed back");
                     for b in failed.batches {
                         if let (Some(slot), Some(offset)) = (failed.slot, b.offset) {
@@ -326,12 +324,13 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                             token: b.token,
                             durable_rows: b.durable_rows,
                         };
-                        self.confirmer.failed(&name, batch, &failed.reason);
+                        self.confirmer.failed(name, batch, &failed.reason);
                     }
                 }
                 Output::InvalidateCredentials { table } => {
-                    let name = self.table_name(table.index()).to_owned();
-                    self.shared.tokens.invalidate(&name);
+                    if let Some(wire) = self.wire(table) {
+                        self.shared.tokens.invalidate(&wire.name);
+                    }
                 }
                 Output::Timeout(at) => return at,
                 _ => {}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::{DataType, Schema, SchemaRef};
 use tokio::sync::{mpsc, oneshot};
 use zerobus_sink::{
     Confirmation, FailedBatch, FailureReason, Lane, Route, SinkConfig, SinkCore, TableId,
@@ -311,35 +311,27 @@ impl<L: Lane> ZerobusSink<L> {
             info: CommitInfo::default(),
         }
     }
+}
 
-    fn schema_mismatch(
-        &self,
-        route: Route,
-        batch: &RecordBatch,
-    ) -> Result<(), (String, Option<String>)> {
-        let Some((_, wire)) = self.tables.iter().find(|(id, _)| *id == route.table()) else {
-            return Err((String::new(), None));
-        };
-        if batch.schema() == wire.schema {
-            return Ok(());
-        }
-        let expected = &wire.schema;
-        let found = batch.schema();
-        let detail = expected
-            .fields()
-            .iter()
-            .zip(found.fields().iter())
-            .find(|(a, b)| a != b)
-            .map(|(a, b)| format!("column {}: table has {a:?}, batch has {b:?}", a.name()))
-            .unwrap_or_else(|| {
-                format!(
-                    "table has {} columns, batch has {} (or the schema metadata differs)",
-                    expected.fields().len(),
-                    found.fields().len()
-                )
-            });
-        Err((wire.name.clone(), Some(detail)))
+/// How `found` differs from the table's `expected` schema, if it does.
+fn schema_difference(expected: &Schema, found: &Schema) -> Option<String> {
+    if expected == found {
+        return None;
     }
+    let detail = expected
+        .fields()
+        .iter()
+        .zip(found.fields().iter())
+        .find(|(a, b)| a != b)
+        .map(|(a, b)| format!("column {}: table has {a:?}, batch has {b:?}", a.name()))
+        .unwrap_or_else(|| {
+            format!(
+                "table has {} columns, batch has {} (or the schema metadata differs)",
+                expected.fields().len(),
+                found.fields().len()
+            )
+        });
+    Some(detail)
 }
 
 impl<L: Lane> Sink<L> for ZerobusSink<L> {
@@ -350,23 +342,20 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
         token: Token<L>,
     ) -> Result<Receipt, SendError<L>> {
         let route = route.into();
-        match self.schema_mismatch(route, &batch) {
-            Ok(()) => {}
-            Err((table, Some(detail))) => {
-                return Err(SendError::SchemaMismatch {
-                    table,
-                    detail,
-                    batch,
-                    token,
-                });
-            }
-            Err((_, None)) => {
-                return Err(SendError::UnknownTable {
-                    table: route.table(),
-                    batch,
-                    token,
-                });
-            }
+        let Some((_, wire)) = self.tables.iter().find(|(id, _)| *id == route.table()) else {
+            return Err(SendError::UnknownTable {
+                table: route.table(),
+                batch,
+                token,
+            });
+        };
+        if let Some(detail) = schema_difference(&wire.schema, &batch.schema()) {
+            return Err(SendError::SchemaMismatch {
+                table: wire.name.clone(),
+                detail,
+                batch,
+                token,
+            });
         }
         let (reply, rx) = oneshot::channel();
         let submit = Submit {

@@ -27,14 +27,20 @@ async fn send(sink: &mut ZerobusSink<Raw>, table: TableId, batches: i64) {
     }
 }
 
+/// A sink on one table of `slots` streams, its id, and what its confirmer sees.
+fn start(config: ZerobusConfig, slots: u16) -> (ZerobusSink<Raw>, TableId, Recorder) {
+    let recorder = Recorder::default();
+    let sink = ZerobusSink::<Raw>::start(config, vec![table(slots)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    (sink, id, recorder)
+}
+
 async fn run(
     config: ZerobusConfig,
     slots: u16,
     batches: i64,
 ) -> (Recorder, Result<(), FlushError>, Report) {
-    let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(config, vec![table(slots)], recorder.clone()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, recorder) = start(config, slots);
     send(&mut sink, id, batches).await;
     let flushed = sink.flush().await;
     let report = sink.close(Duration::from_secs(30)).await;
@@ -147,10 +153,7 @@ async fn rotation_drains_half_closes_and_reopens_without_loss() {
             grace: Duration::from_millis(1_500),
         },
     );
-    let recorder = Recorder::default();
-    let mut sink =
-        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, recorder) = start(config(&emu), 1);
     // Ten batches earn the rotation signal; the rest go out while the stream drains and after.
     for b in 0..300 {
         let token = Token::raw("orders", 0, b * ROWS + ROWS - 1);
@@ -256,10 +259,7 @@ async fn forward_ack_is_terminal_and_hands_every_batch_back() {
 async fn shutdown_flushes_everything_then_half_closes() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(50))).await;
-    let recorder = Recorder::default();
-    let mut sink =
-        ZerobusSink::<Raw>::start(config(&emu), vec![table(2)], recorder.clone()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, recorder) = start(config(&emu), 2);
     let mut next = 0;
     let mut writer = sink.writer(id, move |b: &arrow_array::RecordBatch| {
         next += b.num_rows() as i64;
@@ -306,9 +306,7 @@ async fn a_server_error_status_mid_stream_is_retried_on_a_new_stream() {
 async fn a_batch_with_another_schema_is_handed_back_naming_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
-    let mut sink =
-        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], Recorder::default()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, _) = start(config(&emu), 1);
     let other = arrow_array::RecordBatch::try_from_iter([(
         "order_id",
         std::sync::Arc::new(arrow_array::Int32Array::from(vec![1])) as arrow_array::ArrayRef,
@@ -342,10 +340,7 @@ async fn a_schema_rejection_fails_the_table_naming_the_causes_without_retrying()
             causes: "TYPE_INCOMPATIBLE".into(),
         },
     );
-    let recorder = Recorder::default();
-    let mut sink =
-        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, recorder) = start(config(&emu), 1);
     // Batches admitted before the rejection arrives are handed back to the confirmer; once the
     // table has failed, sends are refused at once, naming the cause.
     let mut refused = Vec::new();
@@ -451,9 +446,7 @@ async fn a_batch_above_the_wire_limit_is_split_without_breaking_the_row_accounti
     // The default window holds 50,000 rows per stream; this batch is twice that.
     let mut cfg = config(&emu);
     cfg.core.window.max_rows = 200_000;
-    let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(cfg, vec![table(1)], recorder.clone()).unwrap();
-    let id = sink.table(TABLE).unwrap();
+    let (mut sink, id, recorder) = start(cfg, 1);
     // ~4.6 MB of Arrow data: above the 2 MiB message limit, so the core sends row slices, each
     // its own wire offset; the batch is confirmed once, when the ack covers its last slice.
     let big = orders(0, 100_000);

@@ -42,6 +42,21 @@ fn batch_message(offset: u64) -> FlightData {
     FlightData::from(encoded).with_app_metadata(format!("{{\"offset_id\":{offset}}}").into_bytes())
 }
 
+/// The schema message, then batch messages with offsets 0 to 4 (1,000 rows each).
+fn schema_and_five_batches() -> Vec<FlightData> {
+    std::iter::once(schema_message())
+        .chain((0..5).map(batch_message))
+        .collect()
+}
+
+/// Each reply's `app_metadata`, as text.
+fn metadata(replies: &[PutResult]) -> Vec<String> {
+    replies
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned())
+        .collect()
+}
+
 /// One DoPut with `messages`; the results until the call ended, or its error status.
 async fn call(
     emu: &Emulator,
@@ -129,9 +144,8 @@ async fn hostile_input_gets_an_error_status_and_the_server_keeps_serving() {
         .map(|b| (b.offset() as usize, b.length() as usize))
         .collect();
     let mut body = bomb.data_body.to_vec();
-    for (offset, length) in buffers.into_iter().filter(|(_, l)| *l >= 8) {
+    for (offset, _) in buffers.into_iter().filter(|(_, length)| *length >= 8) {
         body[offset..offset + 8].copy_from_slice(&(1i64 << 40).to_le_bytes());
-        assert!(length >= 8);
     }
     bomb.data_body = body.into();
     refused(
@@ -144,12 +158,8 @@ async fn hostile_input_gets_an_error_status_and_the_server_keeps_serving() {
     let ok = call(&emu, Some(TABLE), vec![schema_message(), batch_message(0)])
         .await
         .unwrap();
-    let metadata: Vec<String> = ok
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned())
-        .collect();
     assert_eq!(
-        metadata,
+        metadata(&ok),
         [
             r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#,
             r#"{"ack_up_to_offset":0,"ack_up_to_records":1000}"#
@@ -166,20 +176,9 @@ async fn acks_are_cumulative_rows_and_batch_as_configured() {
         Emulator::start(EmulatorConfig::new(dir.path().join("a")).max_messages_per_ack(1))
             .await
             .unwrap();
-    let messages = || (0..5).map(batch_message);
-    let replies = call(
-        &one_per_ack,
-        Some(TABLE),
-        std::iter::once(schema_message())
-            .chain(messages())
-            .collect(),
-    )
-    .await
-    .unwrap();
-    let metadata: Vec<String> = replies
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.app_metadata).into_owned())
-        .collect();
+    let replies = call(&one_per_ack, Some(TABLE), schema_and_five_batches())
+        .await
+        .unwrap();
     let expected: Vec<String> =
         std::iter::once(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#.to_owned())
             .chain((0..5).map(|i| {
@@ -189,7 +188,11 @@ async fn acks_are_cumulative_rows_and_batch_as_configured() {
                 )
             }))
             .collect();
-    assert_eq!(metadata, expected, "one ack per message, cumulative rows");
+    assert_eq!(
+        metadata(&replies),
+        expected,
+        "one ack per message, cumulative rows"
+    );
 
     // With a latency, messages that arrive meanwhile share an ack.
     let batched = Emulator::start(
@@ -198,16 +201,10 @@ async fn acks_are_cumulative_rows_and_batch_as_configured() {
     )
     .await
     .unwrap();
-    let replies = call(
-        &batched,
-        Some(TABLE),
-        std::iter::once(schema_message())
-            .chain(messages())
-            .collect(),
-    )
-    .await
-    .unwrap();
-    let last = String::from_utf8_lossy(&replies.last().unwrap().app_metadata).into_owned();
+    let replies = call(&batched, Some(TABLE), schema_and_five_batches())
+        .await
+        .unwrap();
+    let last = metadata(&replies).pop().unwrap();
     assert_eq!(last, r#"{"ack_up_to_offset":4,"ack_up_to_records":5000}"#);
     assert!(
         replies.len() < 6,

@@ -222,14 +222,17 @@ impl FlightService for Service {
     }
 }
 
+/// A validated record batch message.
+struct Message {
+    data: FlightData,
+    offset: u64,
+    rows: u64,
+    batch: arrow_array::RecordBatch,
+}
+
 /// What the reader hands the writer.
 enum Item {
-    Message {
-        data: Box<FlightData>,
-        offset: u64,
-        rows: u64,
-        batch: arrow_array::RecordBatch,
-    },
+    Message(Box<Message>),
     /// The request stream ended: cleanly (half-close) or not.
     End,
 }
@@ -327,12 +330,12 @@ impl Connection {
                             None => "none",
                         };
                         *shared.lock().stats.codecs.entry(codec).or_default() += 1;
-                        let item = Item::Message {
-                            data: Box::new(data),
+                        let item = Item::Message(Box::new(Message {
+                            data,
                             offset,
                             rows: decoded.rows,
                             batch: decoded.batch,
-                        };
+                        }));
                         if tx.send(item).is_err() {
                             return;
                         }
@@ -369,40 +372,31 @@ impl Connection {
                 },
                 None => rx.recv().await,
             };
-            let mut group = Vec::new();
-            match first {
-                Some(Item::Message { .. }) => group.push(first),
+            let mut group = match first {
+                Some(Item::Message(m)) => vec![*m],
                 Some(Item::End) | None => break,
-            }
+            };
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
             while group.len() < max_group {
                 match rx.try_recv() {
+                    Ok(Item::Message(m)) => group.push(*m),
                     Ok(Item::End) => {
                         ended = true;
                         break;
                     }
-                    Ok(m) => group.push(Some(m)),
                     Err(_) => break,
                 }
             }
             let mut frames = Vec::with_capacity(group.len());
             let mut batches = Vec::with_capacity(group.len());
-            for item in group.into_iter().flatten() {
-                if let Item::Message {
-                    data,
-                    offset,
-                    rows: r,
-                    batch,
-                } = item
-                {
-                    frames.push(*data);
-                    batches.push(batch);
-                    rows += r;
-                    last = i64::try_from(offset).unwrap_or(i64::MAX);
-                    messages += 1;
-                }
+            for m in group {
+                frames.push(m.data);
+                batches.push(m.batch);
+                rows += m.rows;
+                last = i64::try_from(m.offset).unwrap_or(i64::MAX);
+                messages += 1;
             }
             if let Err(e) = self.wal.append(schema.take().as_ref(), &frames).await {
                 return self.fail(Status::internal(format!(
