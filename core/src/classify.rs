@@ -66,7 +66,9 @@ impl StreamError {
     /// The class of this error, given whether the stream was live (READY) when it happened:
     /// a retryable failure of a live stream is [`Poison`](ErrorClass::Poison), of a stream not
     /// yet ready [`Transient`](ErrorClass::Transient). The gRPC codes map as the official
-    /// client's `is_retryable` (PROTOCOL.md C.1).
+    /// client's `is_retryable` (PROTOCOL.md C.1); a status whose `ErrorInfo` says
+    /// `SCHEMA_VALIDATION_FAILED` is fatal whatever its code (C.2); credentials that could not
+    /// be had are transient if the token endpoint failed and fatal if it refused the client (D).
     #[must_use]
     pub fn class(&self, live: bool) -> ErrorClass {
         let retryable = if live {
@@ -74,8 +76,14 @@ impl StreamError {
         } else {
             ErrorClass::Transient
         };
-        match self {
+        match self.clone().normalized() {
             StreamError::SchemaRejected { .. } => ErrorClass::Fatal,
+            StreamError::Credentials {
+                retryable: true, ..
+            } => ErrorClass::Transient,
+            StreamError::Credentials {
+                retryable: false, ..
+            } => ErrorClass::Fatal,
             StreamError::Status {
                 code: Code::ResourceExhausted,
                 ..
@@ -97,10 +105,7 @@ mod tests {
     use super::*;
 
     fn status(code: Code) -> StreamError {
-        StreamError::Status {
-            code,
-            message: String::new(),
-        }
+        StreamError::status(code, "")
     }
 
     #[test]
@@ -152,6 +157,33 @@ mod tests {
             message: "bad".into(),
         };
         assert_eq!(schema.class(false), ErrorClass::Fatal);
+        // The ErrorInfo rule, whatever the code; another domain is not a schema rejection.
+        let info = |domain: &str| StreamError::Status {
+            code: Code::FailedPrecondition,
+            message: "schema".into(),
+            info: Some(Box::new(crate::ErrorInfo {
+                reason: "SCHEMA_VALIDATION_FAILED".into(),
+                domain: domain.into(),
+                causes: Some("TYPE_INCOMPATIBLE".into()),
+                error_code: Some("8001".into()),
+            })),
+        };
+        assert_eq!(
+            info("zerobus.databricks.com").class(true),
+            ErrorClass::Fatal
+        );
+        assert_eq!(info("").class(true), ErrorClass::Fatal);
+        assert_eq!(info("example.com").class(true), ErrorClass::Poison);
+        assert!(matches!(
+            info("").normalized(),
+            StreamError::SchemaRejected { causes, .. } if causes == [SchemaCause::TypeIncompatible]
+        ));
+        let token = |retryable| StreamError::Credentials {
+            retryable,
+            message: "token endpoint".into(),
+        };
+        assert_eq!(token(true).class(false), ErrorClass::Transient);
+        assert_eq!(token(false).class(false), ErrorClass::Fatal);
     }
 
     #[test]

@@ -72,8 +72,10 @@ pub struct SinkConfig {
     /// Cap on streams open (or opening, or backing off) across every table. When a table needs
     /// streams beyond it, the least recently used table is drained to durable and closed first.
     pub max_open_streams: u16,
-    /// How long a table keeps its streams before it may be evicted for another: without it, two
-    /// tables competing under the cap would evict each other at once, a reopen storm.
+    /// How long a table keeps its streams, from the moment the first of them became READY,
+    /// before it may be evicted for another: without it, two tables competing under the cap
+    /// would evict each other before anything was written, a reopen storm. At least
+    /// `retry.initial_backoff` (and above zero).
     pub min_residency: Duration,
     /// Largest wire message; a larger batch is sent as several row slices, each with its own
     /// wire offset (PROTOCOL.md A.2: 2 MiB, as the official client).
@@ -105,7 +107,7 @@ impl SinkConfig {
     /// Checks every field; the error names the first field that is out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.retry;
-        let checks: [(&'static str, bool, &'static str); 11] = [
+        let checks: [(&'static str, bool, &'static str); 13] = [
             (
                 "window.max_batches",
                 self.window.max_batches > 0,
@@ -140,6 +142,17 @@ impl SinkConfig {
                 "open_timeout",
                 !self.open_timeout.is_zero(),
                 "must be longer than zero",
+            ),
+            (
+                "retry.initial_backoff",
+                !r.initial_backoff.is_zero(),
+                "must be longer than zero (a zero backoff reconnects in a storm)",
+            ),
+            (
+                "min_residency",
+                !self.min_residency.is_zero() && self.min_residency >= r.initial_backoff,
+                "must be longer than zero and at least retry.initial_backoff \
+                 (shorter, tables under the stream cap evict each other in a reopen storm)",
             ),
             (
                 "retry.max_backoff",
@@ -192,6 +205,27 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("ack_timeout")
+        );
+        for residency in [Duration::ZERO, Duration::from_millis(1_999)] {
+            let c = SinkConfig {
+                min_residency: residency,
+                ..SinkConfig::default()
+            };
+            assert!(
+                c.validate()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("min_residency"),
+                "{residency:?}"
+            );
+        }
+        let mut c = SinkConfig::default();
+        c.retry.initial_backoff = Duration::ZERO;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("initial_backoff")
         );
         let mut c = SinkConfig::default();
         c.retry.multiplier = f64::NAN;

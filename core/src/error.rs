@@ -135,12 +135,14 @@ impl<L: Lane, B: Batch> fmt::Debug for Rejected<L, B> {
     }
 }
 
-/// A violation of the Zerobus protocol by the remote side (or the adapter), found in an input.
+/// A violation of the Zerobus protocol by the remote side, found in an input. The core has
+/// already acted on it when it reports it (see each variant).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
     /// The ack claims more durable rows than were sent on the connection. Terminal for the
-    /// connection, as in the official client (PROTOCOL.md A.3).
+    /// batches on the connection, as in the official client (PROTOCOL.md A.3): they are handed
+    /// back and the slot reconnects.
     #[error("{slot} {conn}: ack of {acked} rows exceeds the {sent} rows sent on the connection")]
     ForwardAck {
         /// The slot.
@@ -152,35 +154,31 @@ pub enum ProtocolError {
         /// The rows actually sent on the connection.
         sent: u64,
     },
-    /// The ack's cumulative row count went backwards. Ignored (the durable watermark is a
-    /// monotonic max), reported so that the adapter can log it.
-    #[error("{slot} {conn}: ack of {acked} rows is below the {previous} rows already acked")]
-    AckRegressed {
+    /// The first `PutResult` of a connection was not READY (or could not be parsed): the
+    /// connection fails and is retried, as the official client's
+    /// `UnexpectedStreamResponseError` (PROTOCOL.md A.3).
+    #[error("{slot} {conn}: unexpected first response (not READY): {detail}")]
+    UnexpectedFirstResponse {
         /// The slot.
         slot: SlotId,
         /// The connection.
         conn: ConnGen,
-        /// The cumulative rows the ack claims.
-        acked: u64,
-        /// The cumulative rows acked before.
-        previous: u64,
+        /// What arrived instead.
+        detail: String,
     },
-    /// An ack arrived for a connection that has not reported ready. Terminal for the connection.
-    #[error("{slot} {conn}: ack before the connection was ready")]
-    AckBeforeReady {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
-    },
-    /// An input named a slot the sink does not have. Ignored.
-    #[error("slot {slot} does not exist (the pool has {slots} slots)")]
-    UnknownSlot {
-        /// The slot index named.
-        slot: u16,
-        /// Slots in the pool.
-        slots: u16,
-    },
+}
+
+/// The `google.rpc.ErrorInfo` detail of a gRPC status, as the transport decoded it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ErrorInfo {
+    /// The reason, e.g. `SCHEMA_VALIDATION_FAILED`.
+    pub reason: String,
+    /// The domain, e.g. `zerobus.databricks.com`.
+    pub domain: String,
+    /// `metadata.causes`, if present (comma-separated).
+    pub causes: Option<String>,
+    /// `metadata.error_code`, if present.
+    pub error_code: Option<String>,
 }
 
 /// gRPC status codes, as the service reports them.
@@ -263,6 +261,9 @@ pub enum StreamError {
         code: Code,
         /// The status message (never carries credentials).
         message: String,
+        /// Its `google.rpc.ErrorInfo` detail, if it had one. The core reads
+        /// `SCHEMA_VALIDATION_FAILED` from it (PROTOCOL.md C.2).
+        info: Option<Box<ErrorInfo>>,
     },
     /// The response stream ended without a status while the connection was active.
     #[error("response stream ended while active")]
@@ -273,7 +274,18 @@ pub enum StreamError {
         /// What happened.
         message: String,
     },
+    /// Credentials for the connection could not be had (the token endpoint failed or refused
+    /// the client). `retryable`: the endpoint failed (HTTP 5xx, network); otherwise it refused
+    /// the client, which retrying cannot fix (PROTOCOL.md D).
+    #[error("credentials: {message}")]
+    Credentials {
+        /// Whether a later attempt may succeed.
+        retryable: bool,
+        /// What happened (never the secret).
+        message: String,
+    },
     /// The service refused the stream's schema (`SCHEMA_VALIDATION_FAILED`, PROTOCOL.md C.2).
+    /// The core makes this from a [`StreamError::Status`] whose [`ErrorInfo`] says so.
     #[error("schema rejected ({causes:?}, error code {error_code:?}): {message}")]
     SchemaRejected {
         /// The causes the service listed.
@@ -286,13 +298,50 @@ pub enum StreamError {
 }
 
 impl StreamError {
+    /// A status without error details.
+    #[must_use]
+    pub fn status(code: Code, message: impl Into<String>) -> StreamError {
+        StreamError::Status {
+            code,
+            message: message.into(),
+            info: None,
+        }
+    }
+
     /// Whether the official client would retry after this error (PROTOCOL.md C.1).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        match self {
+        match self.clone().normalized() {
             StreamError::Status { code, .. } => code.is_retryable(),
             StreamError::Eof | StreamError::Transport { .. } => true,
+            StreamError::Credentials { retryable, .. } => retryable,
             StreamError::SchemaRejected { .. } => false,
+        }
+    }
+
+    /// The error as the core reports it: a status whose `ErrorInfo` has reason
+    /// `SCHEMA_VALIDATION_FAILED` and domain `zerobus.databricks.com` (or empty) becomes a
+    /// [`StreamError::SchemaRejected`], as in the official client (PROTOCOL.md C.2); anything
+    /// else is unchanged.
+    #[must_use]
+    pub fn normalized(self) -> StreamError {
+        match self {
+            StreamError::Status {
+                message,
+                info: Some(info),
+                ..
+            } if info.reason == "SCHEMA_VALIDATION_FAILED"
+                && (info.domain == "zerobus.databricks.com" || info.domain.is_empty()) =>
+            {
+                StreamError::SchemaRejected {
+                    causes: crate::classify::SchemaCause::parse_list(
+                        info.causes.as_deref().unwrap_or(""),
+                    ),
+                    error_code: info.error_code.clone(),
+                    message,
+                }
+            }
+            other => other,
         }
     }
 }
@@ -376,10 +425,7 @@ mod tests {
             assert_eq!(code.is_retryable(), !permanent, "code {n} = {code:?}");
         }
         assert!(StreamError::Eof.is_retryable());
-        let denied = StreamError::Status {
-            code: Code::PermissionDenied,
-            message: "no".into(),
-        };
+        let denied = StreamError::status(Code::PermissionDenied, "no");
         assert!(!denied.is_retryable());
     }
 }

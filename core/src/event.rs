@@ -5,98 +5,200 @@ use std::time::Duration;
 use std::vec;
 
 use crate::batch::Batch;
-use crate::error::{FailureReason, StreamError};
-use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId, WireOffset};
+use crate::error::{FailureReason, ProtocolError, StreamError};
+use crate::ids::{ConnId, LogicalOffset, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::time::Time;
 
-impl Input {
-    /// The slot and connection the input is about.
+/// The `app_metadata` of one `PutResult`, as parsed from its JSON (PROTOCOL.md A.3). The core,
+/// not the driver, decides what it means: READY (only `ack_up_to_offset == -1` decides, as in
+/// the official client), a durable ack, a rotation request, or a protocol violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutResultMeta {
+    /// The last wire offset covered; `-1` before anything is durable (READY). Used only to
+    /// recognise READY, as the official client does.
+    pub ack_up_to_offset: i64,
+    /// The cumulative number of durable rows on the connection: what completes batches.
+    pub ack_up_to_records: u64,
+    /// A rotation request: the grace period in milliseconds (PROTOCOL.md A.4).
+    pub close_stream_duration_ms: Option<u64>,
+}
+
+impl PutResultMeta {
+    /// READY: `{"ack_up_to_offset":-1,"ack_up_to_records":0}`.
+    pub const READY: PutResultMeta = PutResultMeta {
+        ack_up_to_offset: -1,
+        ack_up_to_records: 0,
+        close_stream_duration_ms: None,
+    };
+}
+
+/// Something that happened on a connection, fed to [`SinkCore::handle`](crate::SinkCore::handle).
+///
+/// Every input names its connection with a [`ConnId`] the core minted, of the sink's lane: an
+/// input of another lane does not compile, one of another sink or an old connection is ignored.
+///
+/// ```compile_fail,E0308
+/// use zerobus_sink::{Derived, Input, Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut raw = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let mut derived = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Open { conn, .. } = derived.poll_output(Time::ZERO) {
+///     // The derived sink's READY handed to the raw sink: mismatched types.
+///     let _ = raw.handle(Time::ZERO, Input::ready(conn));
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Input<L: Lane> {
+    /// A `PutResult` arrived and its metadata parsed.
+    Result {
+        /// The connection.
+        conn: ConnId<L>,
+        /// Its fields.
+        result: PutResultMeta,
+    },
+    /// A `PutResult` arrived whose metadata could not be parsed. Before READY the connection
+    /// fails (retryable, as the official client's "unexpected first response"); after READY it
+    /// is ignored, as the official client does.
+    Unreadable {
+        /// The connection.
+        conn: ConnId<L>,
+        /// What the parser said (for logs).
+        reason: String,
+    },
+    /// The call ended without an error status (the response stream ended). Before READY that is
+    /// a failure; after READY the connection is closed (and its unacked batches replayed).
+    Closed {
+        /// The connection.
+        conn: ConnId<L>,
+    },
+    /// The call ended with an error status, or the connection could not be made or broke below
+    /// gRPC, or credentials could not be had.
+    Failed {
+        /// The connection.
+        conn: ConnId<L>,
+        /// What the transport reported.
+        error: StreamError,
+    },
+}
+
+impl<L: Lane> Input<L> {
+    /// The connection the input is about.
     #[must_use]
-    pub fn target(&self) -> (SlotId, ConnGen) {
+    pub fn conn(&self) -> ConnId<L> {
         match *self {
-            Input::Ready { slot, conn }
-            | Input::Acked { slot, conn, .. }
-            | Input::Failed { slot, conn, .. }
-            | Input::Closed { slot, conn }
-            | Input::Rotate { slot, conn, .. } => (slot, conn),
+            Input::Result { conn, .. }
+            | Input::Unreadable { conn, .. }
+            | Input::Closed { conn }
+            | Input::Failed { conn, .. } => conn,
+        }
+    }
+
+    /// READY on `conn`.
+    #[must_use]
+    pub fn ready(conn: ConnId<L>) -> Input<L> {
+        Input::Result {
+            conn,
+            result: PutResultMeta::READY,
+        }
+    }
+
+    /// A durable ack of `up_to_records` cumulative rows on `conn`.
+    #[must_use]
+    pub fn acked(conn: ConnId<L>, up_to_records: u64) -> Input<L> {
+        Input::Result {
+            conn,
+            result: PutResultMeta {
+                ack_up_to_offset: 0,
+                ack_up_to_records: up_to_records,
+                close_stream_duration_ms: None,
+            },
+        }
+    }
+
+    /// A rotation request on `conn` with `grace`, carrying no ack.
+    #[must_use]
+    pub fn rotate(conn: ConnId<L>, grace: Duration) -> Input<L> {
+        Input::Result {
+            conn,
+            result: PutResultMeta {
+                ack_up_to_offset: 0,
+                ack_up_to_records: 0,
+                close_stream_duration_ms: Some(
+                    u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                ),
+            },
         }
     }
 }
 
-/// Something that happened on a connection, fed to [`SinkCore::handle`](crate::SinkCore::handle).
+/// What [`SinkCore::handle`](crate::SinkCore::handle) did with an input. Nothing here asks the
+/// caller to act: outputs do that. A driver logs [`Handled::Violation`] and may count the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Input {
-    /// The connection reported READY (`{"ack_up_to_offset":-1,"ack_up_to_records":0}`).
-    Ready {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
+pub enum Handled {
+    /// The input changed the sink's state (drain outputs).
+    Applied,
+    /// The input was ignored, harmlessly, for the reason given.
+    Ignored(Ignored),
+    /// The remote side broke the protocol; the core has already acted on it (see each
+    /// [`ProtocolError`] variant). Log it.
+    Violation(ProtocolError),
+}
+
+/// Why an input changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ignored {
+    /// The connection is not the slot's live one: it was closed, or it belongs to another sink
+    /// (invariant 4).
+    Stale,
+    /// A READY on a connection that is already ready.
+    DuplicateReady,
+    /// An ack that makes nothing new durable (the same cumulative count again, or zero).
+    NoProgress,
+    /// The cumulative row count went backwards; the durable count is a monotonic maximum, as in
+    /// the official client.
+    AckRegressed {
+        /// The count the ack claims.
+        acked: u64,
+        /// The count already acked.
+        previous: u64,
     },
-    /// A `PutResult` with a durable ack: `ack_up_to_records` is the cumulative number of durable
-    /// rows on this connection (PROTOCOL.md A.3).
-    Acked {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
-        /// Cumulative durable rows on the connection.
-        up_to_records: u64,
+    /// A `PutResult` that could not be parsed, after READY (the official client logs and
+    /// ignores it).
+    Unreadable {
+        /// What the parser said.
+        reason: String,
     },
-    /// The connection failed.
-    Failed {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
-        /// What the transport reported.
-        error: StreamError,
-    },
-    /// The service ended the call with an OK status.
-    Closed {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
-    },
-    /// The service asked for a graceful rotation (`close_stream_duration_ms`, PROTOCOL.md
-    /// A.4). Feed any ack fields of the same `PutResult` first, as an [`Input::Acked`].
-    Rotate {
-        /// The slot.
-        slot: SlotId,
-        /// The connection.
-        conn: ConnGen,
-        /// The grace period the service gave.
-        grace: Duration,
-    },
+    /// A rotation request on a connection that is already draining.
+    RotationWhileDraining,
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
 #[must_use = "outputs are effects the driver must perform"]
 #[non_exhaustive]
 pub enum Output<L: Lane, B: Batch> {
-    /// Open a connection (one `DoPut`) for the slot; report [`Input::Ready`] once READY arrives.
+    /// Open a connection (one `DoPut`) for the slot; report every `PutResult` on it as an
+    /// [`Input::Result`] (READY first).
     Open {
         /// The table (its name: [`SinkCore::table_name`](crate::SinkCore::table_name)).
         table: TableId,
-        /// The slot.
-        slot: SlotId,
-        /// The new connection's generation; tag every input for it with this.
-        conn: ConnGen,
+        /// The new connection (and its slot); name it in every input about it.
+        conn: ConnId<L>,
     },
     /// Send one wire message on the slot's live connection.
-    Send(Transmit<B>),
-    /// Close the connection: half-close if `graceful` (keep reading: late acks and the
-    /// server's end of the call still count), otherwise drop it. A half-closed connection may
-    /// later be dropped too (a second `Close` with `graceful: false`).
+    Send(Transmit<L, B>),
+    /// Close the connection. `graceful`: half-close it (END_STREAM at a message boundary) and
+    /// keep reading: late acks and the service's end of the call still count; if the call has
+    /// not ended within 500 ms (PROTOCOL.md A.4, A.6) the core asks for a second `Close` with
+    /// `graceful: false`. A half-close does not mean that everything sent is durable: a rotation
+    /// half-closes with rows still unacked, and the core replays them on a new connection.
+    /// Not `graceful`: drop the call now; nothing more from it counts.
     Close {
-        /// The slot.
-        slot: SlotId,
         /// The connection to close.
-        conn: ConnGen,
-        /// Whether everything sent on it is durable.
+        conn: ConnId<L>,
+        /// Half-close (keep reading) rather than drop.
         graceful: bool,
     },
     /// Batches now durable: commit their tokens, in this order.
@@ -117,20 +219,20 @@ pub enum Output<L: Lane, B: Batch> {
 impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Output::Open { table, slot, conn } => write!(f, "Open({table}, {slot}, {conn})"),
+            Output::Open { table, conn } => {
+                write!(f, "Open({table}, {}, {})", conn.slot, conn.generation)
+            }
             Output::Send(t) => write!(
                 f,
                 "Send({}, {}, {}, {}, rows {})",
-                t.slot, t.conn, t.wire_offset, t.offset, t.rows
+                t.conn.slot, t.conn.generation, t.wire_offset, t.offset, t.rows
             ),
-            Output::Close {
-                slot,
-                conn,
-                graceful,
-            } => {
-                write!(f, "Close({slot}, {conn}, graceful: {graceful})")
-            }
-            Output::Confirmed(c) => write!(f, "Confirmed({}, {:?})", c.slot, c.offsets()),
+            Output::Close { conn, graceful } => write!(
+                f,
+                "Close({}, {}, graceful: {graceful})",
+                conn.slot, conn.generation
+            ),
+            Output::Confirmed(c) => write!(f, "Confirmed({}, {:?})", c.conn.slot, c.offsets()),
             Output::Failed(x) => write!(
                 f,
                 "Failed({}, {:?}, {:?}: {})",
@@ -147,13 +249,11 @@ impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
 
 /// One wire message: a batch, or a row slice of one when the batch exceeds the message limit.
 #[must_use = "a transmit must be sent on its connection"]
-pub struct Transmit<B> {
+pub struct Transmit<L: Lane, B> {
     /// The table.
     pub table: TableId,
-    /// The slot.
-    pub slot: SlotId,
-    /// The connection to send it on.
-    pub conn: ConnGen,
+    /// The connection to send it on (and its slot).
+    pub conn: ConnId<L>,
     /// Its `offset_id` on that connection.
     pub wire_offset: WireOffset,
     /// The logical offset of the batch it belongs to.
@@ -164,11 +264,18 @@ pub struct Transmit<B> {
     pub rows: u64,
 }
 
-impl<B: Batch> fmt::Debug for Transmit<B> {
+impl<L: Lane, B: Batch> Transmit<L, B> {
+    /// The slot.
+    #[must_use]
+    pub fn slot(&self) -> SlotId {
+        self.conn.slot
+    }
+}
+
+impl<L: Lane, B: Batch> fmt::Debug for Transmit<L, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transmit")
             .field("table", &self.table)
-            .field("slot", &self.slot)
             .field("conn", &self.conn)
             .field("wire_offset", &self.wire_offset)
             .field("offset", &self.offset)
@@ -181,8 +288,7 @@ impl<B: Batch> fmt::Debug for Transmit<B> {
 #[must_use = "confirmations must be committed"]
 pub struct Confirmed<L: Lane> {
     pub(crate) table: TableId,
-    pub(crate) slot: SlotId,
-    pub(crate) conn: ConnGen,
+    pub(crate) conn: ConnId<L>,
     pub(crate) items: Vec<Confirmation<L>>,
 }
 
@@ -196,12 +302,12 @@ impl<L: Lane> Confirmed<L> {
     /// The slot.
     #[must_use]
     pub fn slot(&self) -> SlotId {
-        self.slot
+        self.conn.slot
     }
 
     /// The connection whose ack confirmed them.
     #[must_use]
-    pub fn conn(&self) -> ConnGen {
+    pub fn conn(&self) -> ConnId<L> {
         self.conn
     }
 
@@ -240,7 +346,7 @@ impl<L: Lane> IntoIterator for Confirmed<L> {
 impl<L: Lane> fmt::Debug for Confirmed<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Confirmed")
-            .field("slot", &self.slot)
+            .field("conn", &self.conn)
             .field("items", &self.items)
             .finish()
     }

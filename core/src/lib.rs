@@ -8,40 +8,93 @@
 //!
 //! ## The run loop
 //!
-//! Feed inputs with the current time, then drain outputs until [`Output::Timeout`]:
+//! Feed inputs with the current time, then drain outputs until [`Output::Timeout`]. This is a
+//! complete driver, run as a test: a toy service that refuses the first connection and makes
+//! everything else durable at once, a source that honours backpressure, and every kind of
+//! rejection and hand-back handled (nothing is ever dropped):
 //!
 //! ```
-//! use zerobus_sink::{Input, Output, Raw, SinkConfig, SinkCore, TableSpec, Time, Token};
+//! use std::collections::VecDeque;
+//! use zerobus_sink::{
+//!     Code, Handled, Input, Output, Raw, RejectReason, SinkConfig, SinkCore, StreamError,
+//!     TableSpec, Time, Token,
+//! };
 //!
 //! let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default())?;
 //! let orders = sink.add_table(TableSpec::new("main.bronze.orders"))?;
-//! let now = Time::from_millis(0);
+//! // The source: five batches of 100 rows, each with the position of its last record.
+//! let mut source: VecDeque<(Vec<u8>, Token<Raw>)> =
+//!     (0..5).map(|i| (vec![0u8; 100], Token::raw("orders", 0, i * 100 + 99))).collect();
+//! let (mut now, mut refused_once, mut committed) = (Time::ZERO, false, Vec::new());
 //!
-//! // Fire-and-forget: returns at once. Streams open on the next poll, never in submit.
-//! sink.submit(now, orders, vec![0u8; 100], Token::raw("orders", 0, 99)).map_err(|r| r.reason)?;
-//!
-//! let mut committed = Vec::new();
-//! loop {
-//!     match sink.poll_output(now) {
-//!         // Open a DoPut for the slot (table name: sink.table_name(table)); on READY, say so.
-//!         Output::Open { slot, conn, .. } => sink.handle(now, Input::Ready { slot, conn })?,
-//!         // Send the message; here the "service" makes it durable at once.
-//!         Output::Send(t) => {
-//!             let ack = Input::Acked { slot: t.slot, conn: t.conn, up_to_records: t.rows };
-//!             sink.handle(now, ack)?;
+//! while !source.is_empty() || sink.watermarks().pending() > 0 {
+//!     // Admit what the windows take. Fire-and-forget: streams open on the next poll.
+//!     while let Some((batch, token)) = source.pop_front() {
+//!         match sink.submit(now, orders, batch, token) {
+//!             Ok(_) => {}
+//!             // The backpressure: keep it, submit again after confirmations.
+//!             Err(r) if matches!(r.reason, RejectReason::Full { .. }) => {
+//!                 source.push_front((r.batch, r.token));
+//!                 break;
+//!             }
+//!             // Larger than a whole window: split it. The token stays with the second half
+//!             // (it names its last record); the first half gets its own.
+//!             Err(r) if matches!(r.reason, RejectReason::TooLarge { .. }) => {
+//!                 let half = r.batch.len() / 2;
+//!                 let (first, second) = (r.batch[..half].to_vec(), r.batch[half..].to_vec());
+//!                 let p = r.token.position().clone();
+//!                 source.push_front((second, r.token));
+//!                 source.push_front((first, Token::raw(p.topic, p.partition, p.offset - half as i64)));
+//!             }
+//!             // Closed, failed table, unknown table, empty batch, wrong routing: retrying
+//!             // cannot help; stop the pipeline with the batch's position named.
+//!             Err(r) => return Err(format!("{:?}: {}", r.token.position(), r.reason).into()),
 //!         }
-//!         // Durable: only now may the source position advance.
-//!         Output::Confirmed(burst) => committed.extend(burst.into_iter().map(|c| c.commit())),
-//!         // Never dropped: retry them or fail the pipeline.
-//!         Output::Failed(failed) => panic!("handed back: {:?}", failed.offsets()),
-//!         // Sleep until `at` (or until the next submit or input), then poll again.
-//!         Output::Timeout(_at) => break,
-//!         // Close, InvalidateCredentials: see their docs.
-//!         _ => {}
 //!     }
+//!     // Drain: perform each effect; inputs from the service are fed back at once.
+//!     let wake = loop {
+//!         match sink.poll_output(now) {
+//!             // Open a DoPut (header: sink.table_name(table)); here the first one is refused.
+//!             Output::Open { conn, .. } => {
+//!                 let input = if refused_once {
+//!                     Input::ready(conn)
+//!                 } else {
+//!                     refused_once = true;
+//!                     let error = StreamError::status(Code::Unavailable, "pod restarting");
+//!                     Input::Failed { conn, error }
+//!                 };
+//!                 if let Handled::Violation(e) = sink.handle(now, input) {
+//!                     eprintln!("protocol violation: {e}"); // the core has acted on it
+//!                 }
+//!             }
+//!             // Send one FlightData (`{"offset_id": wire_offset}`); here durable at once.
+//!             Output::Send(t) => {
+//!                 let _ = sink.handle(now, Input::acked(t.conn, t.rows));
+//!             }
+//!             // Durable: only now may the source position advance.
+//!             Output::Confirmed(burst) => committed.extend(burst.into_iter().map(|c| c.commit())),
+//!             // Handed back with their tokens: resubmit them (or fail the pipeline), never drop.
+//!             Output::Failed(failed) => {
+//!                 for b in failed.batches {
+//!                     source.push_back((b.batch, b.token));
+//!                 }
+//!             }
+//!             // Close (half-close or drop the call), InvalidateCredentials (drop the cached
+//!             // token): see their docs.
+//!             Output::Timeout(at) => break at,
+//!             _ => {}
+//!         }
+//!     };
+//!     // Sleep until `wake` (or until the next input, which a real driver awaits too).
+//!     // `None` means nothing is due: with work pending the core never says that.
+//!     now = match wake {
+//!         Some(at) => at,
+//!         None if sink.watermarks().pending() == 0 => now,
+//!         None => return Err("work pending but no deadline".into()),
+//!     };
 //! }
-//! assert_eq!(committed[0].offset, 99);
-//! assert_eq!(sink.watermarks().delivered, 1);
+//! assert_eq!(committed.last().map(|p| p.offset), Some(499));
+//! assert_eq!((sink.watermarks().delivered, sink.metrics().transient_failures), (5, 1));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -101,10 +154,13 @@ pub use batch::Batch;
 pub use classify::{ErrorClass, SchemaCause};
 pub use config::{RetryPolicy, SinkConfig, WindowLimits};
 pub use error::{
-    Bound, Code, ConfigError, FailureReason, ProtocolError, RejectReason, Rejected, StreamError,
+    Bound, Code, ConfigError, ErrorInfo, FailureReason, ProtocolError, RejectReason, Rejected,
+    StreamError,
 };
-pub use event::{Confirmed, Failed, FailedBatch, Input, Output, Transmit};
-pub use ids::{ConnGen, LogicalOffset, SlotId, TableId, WireOffset};
+pub use event::{
+    Confirmed, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta, Transmit,
+};
+pub use ids::{ConnGen, ConnId, LogicalOffset, SlotId, TableId, WireOffset};
 pub use lane::{Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, Token};
 pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};

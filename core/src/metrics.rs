@@ -107,9 +107,14 @@ pub struct Metrics {
     pub messages_sent: u64,
     /// Submits refused because every window was full.
     pub backpressured: u64,
-    /// Streams that broke while live and were rebuilt with a replay: the "our stream died"
-    /// cause signal (`ack_lane_poisoned`), distinct from slow acks.
+    /// Streams that broke while live (an error status or the call ending) and were rebuilt
+    /// with a replay: the "our stream died" cause signal (`ack_lane_poisoned`). Slow acks are
+    /// counted apart, in `ack_timeouts`.
     pub poisoned: u64,
+    /// Live streams whose oldest sent batch waited past `ack_timeout` for its durable ack: the
+    /// service is slow (or the stream silently dead). The environmental symptom, apart from
+    /// `poisoned`.
+    pub ack_timeouts: u64,
     /// Connections that could not be made and were retried after backoff.
     pub transient_failures: u64,
     /// Stream opens the service refused for concurrency (`RESOURCE_EXHAUSTED`).
@@ -118,6 +123,8 @@ pub struct Metrics {
     pub rotations: u64,
     /// Credential refreshes asked of the driver after an auth rejection.
     pub credential_refreshes: u64,
+    /// Connections refused for their credentials (`UNAUTHENTICATED`, `PERMISSION_DENIED`).
+    pub auth_rejections: u64,
     /// Times a slot spent its retry budget and handed its batches back.
     pub retry_budgets_spent: u64,
     /// Tables drained and closed to make room under the global stream cap.

@@ -15,8 +15,9 @@ use std::time::Duration;
 use crate::batch::Batch;
 use crate::config::WindowLimits;
 use crate::error::{Bound, FailureReason, ProtocolError};
+use crate::event::Ignored;
 use crate::event::{Confirmed, Failed, FailedBatch, Transmit};
-use crate::ids::{ConnGen, LogicalOffset, SlotId, TableId, WireOffset};
+use crate::ids::{ConnGen, ConnId, LogicalOffset, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
 use crate::time::Time;
@@ -63,8 +64,8 @@ pub(crate) struct Live {
 /// Why a live connection is draining (no sends; acks still applied).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Drain {
-    /// The stream is broken (ack timeout): close at `until` or once everything is acked.
-    Poison,
+    /// The stream stopped acking (ack timeout): close at `until` or once everything is acked.
+    AckTimeout,
     /// The server asked to rotate: wait for acks, half-close, read late acks, reopen.
     Rotation { half_closed: bool },
 }
@@ -150,6 +151,8 @@ impl InFlight {
 }
 
 pub(crate) struct SlotWindow<L: Lane, B> {
+    /// The sink's identity, minted into every [`ConnId`] of the slot.
+    sink: u32,
     id: SlotId,
     table: TableId,
     next_offset: u64,
@@ -166,21 +169,27 @@ pub(crate) struct SlotWindow<L: Lane, B> {
     /// The earliest time the slot may open again after a failure. Kept when the slot rests
     /// (its table evicted), so that re-warming the table cannot skip a backoff.
     pub(crate) retry_at: Time,
+    /// A connection half-closed at shutdown or eviction whose call has not ended yet, and when
+    /// the core cuts it if it still has not. The slot does not open again before it is gone.
+    pub(crate) closing: Option<(ConnGen, Time)>,
+    /// The table's credential epoch when the live (or last) connection was opened.
+    pub(crate) opened_epoch: u64,
 }
 
 /// The outcome of an ack.
 pub(crate) enum AckOutcome<L: Lane> {
     /// Nothing new became durable.
-    Nothing,
+    Nothing(Ignored),
     /// The durable count advanced; these batches (possibly none) became durable.
     Progress(Option<Confirmed<L>>),
-    /// The ack broke the protocol; `fatal` ones end the connection.
-    Violation { error: ProtocolError, fatal: bool },
+    /// The ack claims more than was sent: terminal for the connection's batches.
+    Violation(ProtocolError),
 }
 
 impl<L: Lane, B: Batch> SlotWindow<L, B> {
-    pub(crate) fn new(id: SlotId, table: TableId) -> Self {
+    pub(crate) fn new(sink: u32, id: SlotId, table: TableId) -> Self {
         SlotWindow {
+            sink,
             id,
             table,
             next_offset: 0,
@@ -192,7 +201,14 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             failures: 0,
             last_failure: None,
             retry_at: Time::ZERO,
+            closing: None,
+            opened_epoch: 0,
         }
+    }
+
+    /// The id of this slot's connection of generation `generation`.
+    pub(crate) fn conn_id(&self, generation: ConnGen) -> ConnId<L> {
+        ConnId::new(self.sink, self.id, generation)
     }
 
     pub(crate) fn id(&self) -> SlotId {
@@ -271,7 +287,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         table: TableId,
         now: Time,
         max_message_bytes: u64,
-        out: &mut impl FnMut(Transmit<B>),
+        out: &mut impl FnMut(Transmit<L, B>),
     ) -> u64 {
         let Phase::Ready(ref mut live) = self.phase else {
             return 0;
@@ -302,8 +318,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 };
                 out(Transmit {
                     table,
-                    slot: self.id,
-                    conn: live.conn,
+                    conn: ConnId::new(self.sink, self.id, live.conn),
                     wire_offset: WireOffset(live.next_wire),
                     offset: item.offset,
                     batch,
@@ -326,12 +341,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         let slot = self.id;
         let live = match self.phase {
             Phase::Ready(ref mut live) | Phase::Draining { ref mut live, .. } => live,
-            _ => {
-                return AckOutcome::Violation {
-                    error: ProtocolError::AckBeforeReady { slot, conn },
-                    fatal: true,
-                };
-            }
+            _ => return AckOutcome::Nothing(Ignored::Stale),
         };
         if up_to_records > live.rows_sent {
             let error = ProtocolError::ForwardAck {
@@ -340,22 +350,16 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 acked: up_to_records,
                 sent: live.rows_sent,
             };
-            return AckOutcome::Violation { error, fatal: true };
+            return AckOutcome::Violation(error);
         }
         if up_to_records < live.rows_acked {
-            let error = ProtocolError::AckRegressed {
-                slot,
-                conn,
+            return AckOutcome::Nothing(Ignored::AckRegressed {
                 acked: up_to_records,
                 previous: live.rows_acked,
-            };
-            return AckOutcome::Violation {
-                error,
-                fatal: false,
-            };
+            });
         }
         if up_to_records == live.rows_acked {
-            return AckOutcome::Nothing;
+            return AckOutcome::Nothing(Ignored::NoProgress);
         }
         live.rows_acked = up_to_records;
         let mut items = Vec::new();
@@ -381,8 +385,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         }
         let burst = (!items.is_empty()).then_some(Confirmed {
             table: self.table,
-            slot,
-            conn,
+            conn: ConnId::new(self.sink, slot, conn),
             items,
         });
         AckOutcome::Progress(burst)
@@ -399,6 +402,14 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
     /// When the slot must next be looked at: READY within `open_timeout`; the oldest placed
     /// batch acked within `ack_timeout` of being sent; the end of a drain or of a backoff.
     pub(crate) fn deadline(&self, open_timeout: Duration, ack_timeout: Duration) -> Option<Time> {
+        let phase = self.phase_deadline(open_timeout, ack_timeout);
+        match (phase, self.closing) {
+            (Some(a), Some((_, b))) => Some(a.min(b)),
+            (a, b) => a.or(b.map(|(_, at)| at)),
+        }
+    }
+
+    fn phase_deadline(&self, open_timeout: Duration, ack_timeout: Duration) -> Option<Time> {
         match self.phase {
             Phase::Idle | Phase::Failed => None,
             Phase::Opening { since, .. } => Some(since + open_timeout),

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use common::*;
 use zerobus_sink::{
-    Batch, Bound, CoverageRange, Derived, FailureReason, Input, Output, PoolSizing, ProtocolError,
-    RejectReason, SinkConfig, SinkCore, SlotId, StreamError, TableSpec, Token, WindowLimits,
+    Batch, Bound, CoverageRange, Derived, FailureReason, Handled, Ignored, Input, Output,
+    PoolSizing, ProtocolError, RejectReason, SinkConfig, SinkCore, SlotId, StreamError, TableSpec,
+    Token, WindowLimits,
 };
 
 #[test]
@@ -39,19 +40,19 @@ fn invariant_2_confirmed_only_after_covering_durable_ack() {
     s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
     s.submit(t(0), table, vec![0u8; 10], token(2)).unwrap();
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
+    let (_, conn, ..) = sends(&out)[0];
     assert!(
         confirmed_positions(out).is_empty(),
         "nothing confirmed on submit"
     );
 
     // 9 of the first batch's 10 rows: not covered, nothing confirmed.
-    ack(&mut s, t(1), slot, conn, 9);
+    ack(&mut s, t(1), conn, 9);
     assert!(confirmed_positions(drain(&mut s, t(1))).is_empty());
     assert_eq!(s.watermarks().delivered, 0);
 
     // 15 rows: the first batch is covered, the second only half.
-    ack(&mut s, t(2), slot, conn, 15);
+    ack(&mut s, t(2), conn, 15);
     assert_eq!(confirmed_positions(drain(&mut s, t(2))), vec![1]);
     let marks = s.watermarks();
     assert_eq!(
@@ -67,8 +68,8 @@ fn invariant_3_one_ack_confirms_every_covered_item_in_order() {
         s.submit(t(0), table, vec![0u8; 4], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(200), slot, conn, 16);
+    let (_, conn, ..) = sends(&out)[0];
+    ack(&mut s, t(200), conn, 16);
     let out = drain(&mut s, t(200));
     assert_eq!(out.len(), 1, "one burst for one ack");
     let Output::Confirmed(burst) = out.into_iter().next().unwrap() else {
@@ -87,16 +88,15 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
     let (mut s, table) = sink(1);
     s.submit(t(0), table, vec![0u8; 4], token(1)).unwrap();
     let out = drain(&mut s, t(0));
-    let (slot, old, ..) = sends(&out)[0];
-    s.handle(
+    let (_, old, ..) = sends(&out)[0];
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot,
             conn: old,
             error: StreamError::Eof,
         },
-    )
-    .unwrap();
+    );
     let out = drain(&mut s, t(1));
     assert!(
         out.iter()
@@ -113,29 +113,20 @@ fn invariant_4_stale_generation_events_never_touch_live_connection() {
     );
     // Everything from the old generation is ignored: ack, failure, close, ready, rotation.
     for input in [
-        Input::Acked {
-            slot,
-            conn: old,
-            up_to_records: 4,
-        },
+        Input::acked(old, 4),
         Input::Failed {
-            slot,
             conn: old,
             error: StreamError::Eof,
         },
-        Input::Closed { slot, conn: old },
-        Input::Ready { slot, conn: old },
-        Input::Rotate {
-            slot,
-            conn: old,
-            grace: Duration::from_secs(1),
-        },
+        Input::Closed { conn: old },
+        Input::ready(old),
+        Input::rotate(old, Duration::from_secs(1)),
     ] {
-        s.handle(t(2_002), input).unwrap();
+        assert_eq!(s.handle(t(2_002), input), Handled::Ignored(Ignored::Stale));
     }
     assert!(drain(&mut s, t(2_002)).is_empty());
     assert_eq!(s.metrics().stale_inputs, 5);
-    ack(&mut s, t(2_003), slot, live, 4);
+    ack(&mut s, t(2_003), live, 4);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1]);
 }
 
@@ -146,26 +137,25 @@ fn invariant_5_nothing_is_lost() {
         s.submit(t(0), table, vec![7u8; 10], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
+    let (_, conn, ..) = sends(&out)[0];
     // 14 rows durable: batch 0 whole, 4 rows of batch 1. Then the stream breaks.
-    ack(&mut s, t(1), slot, conn, 14);
+    ack(&mut s, t(1), conn, 14);
     assert_eq!(confirmed_positions(drain(&mut s, t(1))), vec![0]);
-    s.handle(
+    apply(
+        &mut s,
         t(2),
         Input::Failed {
-            slot,
             conn,
             error: StreamError::Eof,
         },
-    )
-    .unwrap();
+    );
     drain(&mut s, t(2));
     // The replay carries only the 6 non-durable rows of batch 1, then batch 2 whole.
     let out = drain(&mut s, t(2_002));
     let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.3, x.4)).collect();
     assert_eq!(replay, vec![(0, 1, 6), (1, 2, 10)]);
     let (_, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(2_003), slot, conn, 16);
+    ack(&mut s, t(2_003), conn, 16);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_003))), vec![1, 2]);
     let m = s.watermarks();
     assert_eq!(
@@ -181,21 +171,18 @@ fn invariant_5_a_terminal_failure_hands_back_only_the_non_durable_rows() {
         s.submit(t(0), table, vec![7u8; 10], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(1), slot, conn, 14);
+    let (_, conn, ..) = sends(&out)[0];
+    ack(&mut s, t(1), conn, 14);
     drain(&mut s, t(1));
     // A forward ack is terminal for what the connection carried.
-    assert!(
-        s.handle(
-            t(2),
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: 31
-            }
-        )
-        .is_err()
-    );
+    assert!(matches!(
+        s.handle(t(2), Input::acked(conn, 31)),
+        Handled::Violation(ProtocolError::ForwardAck {
+            acked: 31,
+            sent: 30,
+            ..
+        })
+    ));
     let back = failed(drain(&mut s, t(2)));
     assert_eq!(back.len(), 1);
     let rows: Vec<_> = back[0]
@@ -224,17 +211,15 @@ fn invariant_6_lanes_are_type_parameters() {
     let mut ranges: Vec<CoverageRange> = Vec::new();
     loop {
         match s.poll_output(t(0)) {
-            Output::Open { slot, conn, .. } => s.handle(t(0), Input::Ready { slot, conn }).unwrap(),
-            Output::Send(x) => s
-                .handle(
-                    t(0),
-                    Input::Acked {
-                        slot: x.slot,
-                        conn: x.conn,
-                        up_to_records: x.rows,
-                    },
+            Output::Open { conn, .. } => {
+                assert_eq!(s.handle(t(0), Input::ready(conn)), Handled::Applied)
+            }
+            Output::Send(x) => {
+                assert_eq!(
+                    s.handle(t(0), Input::acked(x.conn, x.rows)),
+                    Handled::Applied
                 )
-                .unwrap(),
+            }
             Output::Confirmed(burst) => ranges.extend(burst.into_iter().map(|c| c.commit())),
             Output::Timeout(_) => break,
             other => panic!("unexpected {other:?}"),
@@ -251,9 +236,9 @@ fn invariant_7_pool_never_opens_more_streams_than_configured() {
         s.submit(t(0), table, vec![0u8; 1], token(i)).unwrap();
         loop {
             match s.poll_output(t(0)) {
-                Output::Open { slot, conn, .. } => {
-                    opens.push(slot);
-                    s.handle(t(0), Input::Ready { slot, conn }).unwrap();
+                Output::Open { conn, .. } => {
+                    opens.push(conn.slot());
+                    apply(&mut s, t(0), Input::ready(conn));
                 }
                 Output::Timeout(_) => break,
                 _ => {}
@@ -338,48 +323,35 @@ fn invariant_9_retries_never_readvance_delivered_nor_refire() {
     s.submit(t(0), table, vec![0u8; 5], token(1)).unwrap();
     s.submit(t(0), table, vec![0u8; 5], token(2)).unwrap();
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(1), slot, conn, 5);
+    let (_, conn, ..) = sends(&out)[0];
+    ack(&mut s, t(1), conn, 5);
     assert_eq!(confirmed_positions(drain(&mut s, t(1))), vec![1]);
     // The same ack again (a retried burst) confirms nothing and moves nothing.
-    ack(&mut s, t(2), slot, conn, 5);
+    ack(&mut s, t(2), conn, 5);
     assert!(drain(&mut s, t(2)).is_empty());
-    // A regressing ack is a typed error and changes nothing.
-    let err = s
-        .handle(
-            t(3),
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: 2,
-            },
-        )
-        .unwrap_err();
+    // A regressing ack is reported as ignored and changes nothing.
     assert_eq!(
-        err,
-        ProtocolError::AckRegressed {
-            slot,
-            conn,
+        s.handle(t(3), Input::acked(conn, 2)),
+        Handled::Ignored(Ignored::AckRegressed {
             acked: 2,
             previous: 5
-        }
+        })
     );
     assert!(drain(&mut s, t(3)).is_empty());
     // A rebuild replays batch 2 only; batch 1 is not re-fired.
-    s.handle(
+    apply(
+        &mut s,
         t(4),
         Input::Failed {
-            slot,
             conn,
             error: StreamError::Eof,
         },
-    )
-    .unwrap();
+    );
     drain(&mut s, t(4));
     let out = drain(&mut s, t(2_004));
     assert_eq!(sends(&out).iter().map(|x| x.3).collect::<Vec<_>>(), vec![1]);
     let (_, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(2_005), slot, conn, 5);
+    ack(&mut s, t(2_005), conn, 5);
     assert_eq!(confirmed_positions(drain(&mut s, t(2_005))), vec![2]);
     assert_eq!(s.watermarks().delivered, 2);
 }
@@ -387,18 +359,6 @@ fn invariant_9_retries_never_readvance_delivered_nor_refire() {
 #[test]
 fn invariant_10_no_panic_on_any_input() {
     let (mut s, table) = sink(2);
-    let ghost = SlotId::from_index(9);
-    let err = s
-        .handle(
-            t(0),
-            Input::Acked {
-                slot: ghost,
-                conn: zerobus_sink::ConnGen::FIRST,
-                up_to_records: 1,
-            },
-        )
-        .unwrap_err();
-    assert_eq!(err, ProtocolError::UnknownSlot { slot: 9, slots: 2 });
     assert_eq!(
         s.submit(t(0), table, Vec::new(), token(0))
             .unwrap_err()
@@ -419,25 +379,22 @@ fn invariant_10_no_panic_on_any_input() {
         RejectReason::Routing { .. }
     ));
 
-    // An ack before READY: a typed error, and the connection restarts (nothing is lost).
+    // An ack before READY: a typed violation, and the connection restarts (nothing is lost).
     s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
-    let Output::Open { slot, conn, .. } = s.poll_output(t(0)) else {
+    let Output::Open { conn, .. } = s.poll_output(t(0)) else {
         panic!("expected an open")
     };
-    let err = s
-        .handle(
-            t(0),
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: 1,
-            },
-        )
-        .unwrap_err();
-    assert_eq!(err, ProtocolError::AckBeforeReady { slot, conn });
+    let handled = s.handle(t(0), Input::acked(conn, 1));
+    assert!(
+        matches!(
+            &handled,
+            Handled::Violation(ProtocolError::UnexpectedFirstResponse { slot, .. }) if *slot == conn.slot()
+        ),
+        "{handled:?}"
+    );
     assert!(failed(drain(&mut s, t(0))).is_empty());
     assert_eq!(s.watermarks().pending(), 1);
-    assert_eq!(s.metrics().protocol_errors, 3 - 1);
+    assert_eq!(s.metrics().protocol_errors, 1);
 }
 
 #[test]
@@ -445,14 +402,14 @@ fn ack_timeout_drains_then_rebuilds_and_replays() {
     let (mut s, table) = sink(1);
     s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
+    let (_, conn, ..) = sends(&out)[0];
     assert!(matches!(s.poll_output(t(0)), Output::Timeout(Some(at)) if at == t(60_000)));
     // Partial progress does not extend the deadline (PROTOCOL.md A.3).
-    ack(&mut s, t(30_000), slot, conn, 5);
+    ack(&mut s, t(30_000), conn, 5);
     assert!(matches!(s.poll_output(t(30_000)), Output::Timeout(Some(at)) if at == t(60_000)));
     // At the deadline the stream drains for 500 ms (acks still count), then closes.
     assert!(drain(&mut s, t(60_000)).is_empty());
-    ack(&mut s, t(60_100), slot, conn, 7);
+    ack(&mut s, t(60_100), conn, 7);
     let out = drain(&mut s, t(60_500));
     assert!(out.iter().any(|o| matches!(
         o,
@@ -461,7 +418,11 @@ fn ack_timeout_drains_then_rebuilds_and_replays() {
             ..
         }
     )));
-    assert_eq!(s.metrics().poisoned, 1);
+    assert_eq!(
+        (s.metrics().ack_timeouts, s.metrics().poisoned),
+        (1, 0),
+        "slow, not broken"
+    );
     let out = drain(&mut s, t(62_500));
     let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.4)).collect();
     assert_eq!(
@@ -487,10 +448,10 @@ fn large_batches_are_split_into_wire_messages_without_breaking_row_accounting() 
     // 10 rows of 1 byte at 4 bytes a message: 3 messages of 4, 4, 2 rows; then one of 3.
     let shape: Vec<_> = sent.iter().map(|x| (x.2, x.3, x.4)).collect();
     assert_eq!(shape, vec![(0, 0, 4), (1, 0, 4), (2, 0, 2), (3, 1, 3)]);
-    let (slot, conn, ..) = sent[0];
-    ack(&mut s, t(1), slot, conn, 8);
+    let (_, conn, ..) = sent[0];
+    ack(&mut s, t(1), conn, 8);
     assert!(confirmed_positions(drain(&mut s, t(1))).is_empty());
-    ack(&mut s, t(2), slot, conn, 13);
+    ack(&mut s, t(2), conn, 13);
     assert_eq!(confirmed_positions(drain(&mut s, t(2))), vec![1, 2]);
 }
 
@@ -512,11 +473,11 @@ fn close_drains_to_durable_then_closes_gracefully_and_hands_back_the_rest_at_the
         RejectReason::Closed
     );
     let (slot0, conn0, ..) = sent[0];
-    ack(&mut s, t(2), slot0, conn0, 2);
+    ack(&mut s, t(2), conn0, 2);
     let out = drain(&mut s, t(2));
     assert!(
         out.iter()
-            .any(|o| matches!(o, Output::Close { slot, graceful: true, .. } if *slot == slot0))
+            .any(|o| matches!(o, Output::Close { conn, graceful: true } if conn.slot() == slot0))
     );
     assert!(!s.is_closed());
     let back = failed(drain(&mut s, t(1_000)));

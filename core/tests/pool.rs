@@ -7,22 +7,19 @@ use std::time::Duration;
 
 use common::*;
 use zerobus_sink::{
-    Code, FailureReason, Input, Output, PoolSizing, RejectReason, SchemaCause, SinkConfig,
-    SinkCore, SlotId, StreamError, TableSpec,
+    Code, ConnId, FailureReason, Input, Output, PoolSizing, Raw, RejectReason, SchemaCause,
+    SinkConfig, SinkCore, SlotId, StreamError, TableSpec,
 };
 
 fn status(code: Code) -> StreamError {
-    StreamError::Status {
-        code,
-        message: format!("{code:?} (test)"),
-    }
+    StreamError::status(code, format!("{code:?} (test)"))
 }
 
-fn opens(outputs: &[Out]) -> Vec<(SlotId, zerobus_sink::ConnGen)> {
+fn opens(outputs: &[Out]) -> Vec<(SlotId, ConnId<Raw>)> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            Output::Open { slot, conn, .. } => Some((*slot, *conn)),
+            Output::Open { conn, .. } => Some((conn.slot(), *conn)),
             _ => None,
         })
         .collect()
@@ -74,17 +71,16 @@ fn keyed_batches_stay_on_their_slot_and_wait_while_it_rebuilds() {
         sent.iter().all(|x| x.0 == SlotId::from_index(1)),
         "7 % 3 = slot 1"
     );
-    let (slot, conn, ..) = sent[0];
+    let (_, conn, ..) = sent[0];
     // The slot breaks: more batches for the key wait for it; no other stream is opened.
-    s.handle(
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot,
             conn,
             error: status(Code::Unavailable),
         },
-    )
-    .unwrap();
+    );
     s.submit(t(1), table.key(7), vec![0u8; 2], token(6))
         .unwrap();
     let out = drain(&mut s, t(1));
@@ -101,7 +97,7 @@ fn keyed_batches_stay_on_their_slot_and_wait_while_it_rebuilds() {
         (0..7).collect::<Vec<_>>(),
         "replay in logical order, then the waiting batch"
     );
-    assert!(sends(&out).iter().all(|x| x.0 == slot));
+    assert!(sends(&out).iter().all(|x| x.0 == conn.slot()));
 }
 
 #[test]
@@ -134,13 +130,27 @@ fn the_global_stream_cap_drains_and_closes_the_least_recently_used_table_first()
     // Then A, the least recently used, drains first; C still waits for it.
     assert!(drain(&mut s, t(10_000)).is_empty());
     assert_eq!(s.metrics().evictions, 1);
-    let (slot_a, conn_a, ..) = sends(&out_a)[0];
-    ack(&mut s, t(10_030), slot_a, conn_a, 1);
+    let (_, conn_a, ..) = sends(&out_a)[0];
+    ack(&mut s, t(10_030), conn_a, 1);
     let out = drain_raw(&mut s, t(10_030));
-    let lines = transcript(&out);
-    assert_eq!(lines[0], "Confirmed(slot 0, [LogicalOffset(0)])");
-    assert_eq!(lines[1], "Close(slot 0, conn 0, graceful: true)");
-    assert_eq!(lines[2], "Open(table #2, slot 2, conn 2)");
+    assert_eq!(
+        transcript(&out),
+        [
+            "Confirmed(slot 0, [LogicalOffset(0)])",
+            "Close(slot 0, conn 0, graceful: true)"
+        ]
+    );
+    // A's half-closed call still holds its stream until the service ends it (or 500 ms pass).
+    assert_eq!(s.open_streams(), 2);
+    apply(&mut s, t(10_040), Input::Closed { conn: conn_a });
+    let out = drain_raw(&mut s, t(10_040));
+    assert_eq!(
+        transcript(&out),
+        [
+            "Close(slot 0, conn 0, graceful: false)",
+            "Open(table #2, slot 2, conn 2)"
+        ]
+    );
     assert!(s.open_streams() <= 2);
 }
 
@@ -151,31 +161,16 @@ fn a_concurrency_reject_backs_off_that_slot_while_the_others_carry_the_traffic()
     let out = drain_raw(&mut s, t(0));
     let pool = opens(&out);
     assert_eq!(pool.len(), 3);
-    s.handle(
-        t(1),
-        Input::Ready {
-            slot: pool[0].0,
-            conn: pool[0].1,
-        },
-    )
-    .unwrap();
-    s.handle(
+    apply(&mut s, t(1), Input::ready(pool[0].1));
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot: pool[1].0,
             conn: pool[1].1,
             error: status(Code::ResourceExhausted),
         },
-    )
-    .unwrap();
-    s.handle(
-        t(1),
-        Input::Ready {
-            slot: pool[2].0,
-            conn: pool[2].1,
-        },
-    )
-    .unwrap();
+    );
+    apply(&mut s, t(1), Input::ready(pool[2].1));
     for i in 1..10 {
         s.submit(t(1), table, vec![0u8; 1], token(i)).unwrap();
     }
@@ -207,16 +202,14 @@ fn a_slot_past_its_retry_budget_hands_its_batches_back_naming_the_last_failure()
         // Backoffs are 2, 4, 8, 16 s (no jitter here); two minutes covers each.
         let now = t((attempt - 1) * 120_000);
         let out = drain_raw(&mut s, now);
-        let (slot, conn) = opens(&out)[0];
+        let (_, conn) = opens(&out)[0];
         s.handle(
             now,
             Input::Failed {
-                slot,
                 conn,
                 error: status(Code::Unavailable),
             },
-        )
-        .unwrap();
+        );
         back = failed(drain_raw(&mut s, now));
         assert_eq!(back.is_empty(), attempt < 5, "attempt {attempt}");
     }
@@ -235,16 +228,15 @@ fn an_auth_rejection_refreshes_credentials_once_and_a_second_fails_the_table() {
     let (mut s, table) = sink(1);
     s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
     let out = drain_raw(&mut s, t(0));
-    let (slot, conn) = opens(&out)[0];
-    s.handle(
+    let (_, conn) = opens(&out)[0];
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot,
             conn,
             error: status(Code::Unauthenticated),
         },
-    )
-    .unwrap();
+    );
     let out = drain_raw(&mut s, t(1));
     assert!(
         transcript(&out).contains(&"InvalidateCredentials(table #0)".to_owned()),
@@ -252,16 +244,15 @@ fn an_auth_rejection_refreshes_credentials_once_and_a_second_fails_the_table() {
     );
     assert!(failed(out).is_empty());
     let out = drain_raw(&mut s, t(2_001));
-    let (slot, conn) = opens(&out)[0];
-    s.handle(
+    let (_, conn) = opens(&out)[0];
+    apply(
+        &mut s,
         t(2_002),
         Input::Failed {
-            slot,
             conn,
             error: status(Code::PermissionDenied),
         },
-    )
-    .unwrap();
+    );
     let back = failed(drain_raw(&mut s, t(2_002)));
     assert!(
         matches!(back[0].reason, FailureReason::TableFailed { .. }),
@@ -284,22 +275,21 @@ fn fatal_errors_fail_the_table_and_hand_back_assigned_and_queued_batches() {
     let (mut s, table) = sink(1);
     s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
+    let (_, conn, ..) = sends(&out)[0];
     s.submit(t(1), table, vec![0u8; 3], token(2)).unwrap();
     let schema = StreamError::SchemaRejected {
         causes: SchemaCause::parse_list("TYPE_INCOMPATIBLE"),
         error_code: Some("8001".into()),
         message: "column amount".into(),
     };
-    s.handle(
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot,
             conn,
             error: schema,
         },
-    )
-    .unwrap();
+    );
     let back = failed(drain_raw(&mut s, t(1)));
     let offsets: Vec<_> = back.iter().flat_map(|f| f.offsets()).collect();
     assert_eq!(offsets.len(), 2, "{offsets:?}");
@@ -319,32 +309,33 @@ fn a_rotation_drains_half_closes_applies_late_acks_and_replays_the_rest() {
         s.submit(t(0), table, vec![0u8; 10], token(i)).unwrap();
     }
     let out = drain(&mut s, t(0));
-    let (slot, conn, ..) = sends(&out)[0];
-    ack(&mut s, t(100), slot, conn, 5);
-    s.handle(
+    let (_, conn, ..) = sends(&out)[0];
+    ack(&mut s, t(100), conn, 5);
+    apply(
+        &mut s,
         t(100),
-        Input::Rotate {
-            slot,
-            conn,
-            grace: Duration::from_millis(2_000),
-        },
-    )
-    .unwrap();
+        Input::rotate(conn, Duration::from_millis(2_000)),
+    );
     // Paused: a new batch is admitted but not sent on the rotating stream.
     s.submit(t(100), table, vec![0u8; 10], token(3)).unwrap();
     assert!(sends(&drain(&mut s, t(100))).is_empty());
-    ack(&mut s, t(500), slot, conn, 12);
+    ack(&mut s, t(500), conn, 12);
     assert_eq!(confirmed_positions(drain(&mut s, t(500))), vec![0]);
     // Grace less 500 ms: half-close; a late ack still applies; then the server ends the call.
     let out = drain(&mut s, t(1_600));
     assert_eq!(
         transcript(&out),
-        vec![format!("Close(slot 0, {conn}, graceful: true)")]
+        vec![format!("Close({conn}, graceful: true)")]
     );
-    ack(&mut s, t(1_700), slot, conn, 20);
+    ack(&mut s, t(1_700), conn, 20);
     assert_eq!(confirmed_positions(drain(&mut s, t(1_700))), vec![1]);
-    s.handle(t(1_750), Input::Closed { slot, conn }).unwrap();
+    apply(&mut s, t(1_750), Input::Closed { conn });
     let out = drain(&mut s, t(1_750));
+    assert_eq!(
+        transcript(&out[..1]),
+        vec![format!("Close({conn}, graceful: false)")],
+        "the core forgets the rotated call"
+    );
     let replay: Vec<_> = sends(&out).iter().map(|x| (x.2, x.3, x.4)).collect();
     assert_eq!(
         replay,
@@ -366,17 +357,16 @@ fn a_rebuild_on_one_slot_does_not_delay_confirmations_on_another() {
     let (a, conn_a, ..) = sent[0];
     let (b, conn_b, ..) = sent[1];
     assert_ne!(a, b);
-    s.handle(
+    apply(
+        &mut s,
         t(1),
         Input::Failed {
-            slot: a,
             conn: conn_a,
             error: StreamError::Eof,
         },
-    )
-    .unwrap();
+    );
     drain(&mut s, t(1));
-    ack(&mut s, t(2), b, conn_b, 1);
+    ack(&mut s, t(2), conn_b, 1);
     assert_eq!(
         confirmed_positions(drain(&mut s, t(2))),
         vec![1],
@@ -399,13 +389,13 @@ fn shutdown_reports_exactly_which_batches_were_not_acked_per_table() {
     }
     let out = drain(&mut s, t(0));
     let sent = sends(&out);
-    let (slot_a, conn_a, ..) = sent
+    let (_, conn_a, ..) = sent
         .iter()
         .copied()
         .find(|x| s.slot_table(x.0) == Some(a))
         .unwrap();
     s.close(t(1), t(5_000));
-    ack(&mut s, t(2), slot_a, conn_a, 3);
+    ack(&mut s, t(2), conn_a, 3);
     let out = drain(&mut s, t(2));
     assert!(
         transcript(&out)

@@ -1,9 +1,11 @@
 //! [`SinkCore`]: tables, their pools of slot windows, and the one input/output interface.
 //!
-//! This file holds the public surface; `recovery.rs` the transitions that failures, drains and
-//! rotations cause; `pump.rs` the work `poll_output` does (timers, warming and evicting
-//! tables, assigning and placing batches, closing idle streams).
+//! This file holds the public surface; `input.rs` what each input means (the protocol's rules:
+//! READY first, acks, rotation requests, the end of a call); `recovery.rs` the transitions that
+//! failures, drains and rotations cause; `pump.rs` the work `poll_output` does (timers, warming
+//! and evicting tables, assigning and placing batches, closing idle streams).
 
+mod input;
 mod pump;
 mod recovery;
 
@@ -13,15 +15,15 @@ use std::fmt;
 use crate::backoff::Jitter;
 use crate::batch::Batch;
 use crate::config::SinkConfig;
-use crate::error::{Bound, ConfigError, ProtocolError, RejectReason, Rejected, StreamError};
-use crate::event::{Input, Output};
+use crate::error::{Bound, ConfigError, RejectReason, Rejected, StreamError};
+use crate::event::{Handled, Input, Output};
 use crate::ids::{SlotId, TableId};
 use crate::lane::{Lane, Token};
 use crate::metrics::{Metrics, Watermarks};
 use crate::sizing::SizedPool;
 use crate::table::{Route, TableSpec};
 use crate::time::Time;
-use crate::window::{AckOutcome, InFlight, Phase, Queued, SlotWindow};
+use crate::window::{InFlight, Phase, Queued, SlotWindow};
 
 /// Where an admitted batch went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,14 +59,21 @@ pub(crate) struct TableState<L: Lane, B> {
     /// Round-robin position among the table's slots.
     cursor: usize,
     last_used: Time,
-    /// When its pool was last opened (eviction waits out `min_residency` from here).
+    /// When its pool was last opened.
     warm_since: Time,
+    /// When the first of its streams became READY since it was last warmed: it keeps its
+    /// streams for `min_residency` from here (see [`SinkCore::evictable_at`]).
+    ready_since: Option<Time>,
     /// Its place in line since it has had batches but no streams: cold tables warm in this
     /// order (a sequence number, so that two tables that start waiting at the same instant
     /// keep the order in which they did).
     waiting_since: Option<u64>,
-    /// Whether credentials were refreshed after an auth rejection since the last READY.
-    auth_refreshed: bool,
+    /// The table's credential epoch: raised each time the core asks the driver to drop the
+    /// table's cached token. A connection remembers the epoch it opened with.
+    cred_epoch: u64,
+    /// Whether the current epoch's credentials came from a refresh after a rejection and no
+    /// connection has become READY with them yet (a rejection then is final).
+    refresh_unproven: bool,
     admitted: u64,
     rows_admitted: u64,
     failed_unassigned: u64,
@@ -91,6 +100,8 @@ impl<L: Lane, B> TableState<L, B> {
 /// in [`Output::Timeout`] is reached, call `poll_output` until it returns `Output::Timeout`.
 /// Every call takes the current time; the core never reads a clock.
 pub struct SinkCore<L: Lane, B: Batch> {
+    /// This sink's identity, minted into every connection id it hands out.
+    id: u32,
     config: SinkConfig,
     tables: Vec<TableState<L, B>>,
     slots: Vec<SlotWindow<L, B>>,
@@ -121,6 +132,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     pub fn new(config: SinkConfig) -> Result<SinkCore<L, B>, ConfigError> {
         config.validate()?;
         Ok(SinkCore {
+            id: crate::ids::next_sink(),
             jitter: Jitter::new(config.retry.jitter_seed),
             config,
             tables: Vec::new(),
@@ -158,7 +170,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let table = TableId(id);
         for i in 0..pool.slots {
             let slot = u16::try_from(first_slot).unwrap_or(u16::MAX) + i;
-            self.slots.push(SlotWindow::new(SlotId(slot), table));
+            self.slots
+                .push(SlotWindow::new(self.id, SlotId(slot), table));
         }
         self.tables.push(TableState {
             spec,
@@ -170,8 +183,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             cursor: 0,
             last_used: Time::ZERO,
             warm_since: Time::ZERO,
+            ready_since: None,
             waiting_since: None,
-            auth_refreshed: false,
+            cred_epoch: 0,
+            refresh_unproven: false,
             admitted: 0,
             rows_admitted: 0,
             failed_unassigned: 0,
@@ -274,11 +289,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.tables.get(table.index()).map(|t| t.queued)
     }
 
-    /// Streams open, opening or backing off, across every table (never above
-    /// `max_open_streams`).
+    /// Streams open, opening, backing off or half-closed and not yet ended, across every
+    /// table (never above `max_open_streams`).
     #[must_use]
     pub fn open_streams(&self) -> usize {
-        self.slots.iter().filter(|s| s.phase.holds_stream()).count()
+        self.slots
+            .iter()
+            .filter(|s| s.phase.holds_stream() || s.closing.is_some())
+            .count()
     }
 
     /// Metrics so far.
@@ -294,10 +312,11 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.close_deadline.is_some()
             && self.outputs.is_empty()
             && self.tables.iter().all(|t| t.queue.is_empty())
-            && self
-                .slots
-                .iter()
-                .all(|s| !s.has_pending() && matches!(s.phase, Phase::Idle | Phase::Failed))
+            && self.slots.iter().all(|s| {
+                !s.has_pending()
+                    && s.closing.is_none()
+                    && matches!(s.phase, Phase::Idle | Phase::Failed)
+            })
     }
 
     /// Admits a batch for a table, fire-and-forget: returns at once; the token comes back in an
@@ -413,69 +432,13 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
     }
 
-    /// Feeds an event from a connection. Events naming a connection generation that is not the
-    /// slot's live one are ignored (invariant 4). A protocol violation is returned for the
-    /// driver to log; the core has already acted on it (a fatal one ends the connection).
-    pub fn handle(&mut self, now: Time, input: Input) -> Result<(), ProtocolError> {
-        let (slot, conn) = input.target();
-        let Some(window) = self.slots.get_mut(slot.index()) else {
-            self.metrics.protocol_errors += 1;
-            let slots = u16::try_from(self.slots.len()).unwrap_or(u16::MAX);
-            return Err(ProtocolError::UnknownSlot {
-                slot: slot.0,
-                slots,
-            });
-        };
-        if window.phase.conn() != Some(conn) {
-            self.metrics.stale_inputs += 1;
-            return Ok(());
-        }
-        match input {
-            Input::Ready { .. } => {
-                if window.on_ready(conn) {
-                    let table = window.table();
-                    self.tables[table.index()].auth_refreshed = false;
-                }
-                Ok(())
-            }
-            Input::Acked { up_to_records, .. } => match window.on_ack(now, conn, up_to_records) {
-                AckOutcome::Nothing => Ok(()),
-                AckOutcome::Progress(burst) => {
-                    window.failures = 0;
-                    if let Some(burst) = burst {
-                        self.metrics.acks_applied += 1;
-                        self.metrics.coalesce.record(burst.len() as u64);
-                        for c in burst.iter() {
-                            let latency = c.confirmed_at().saturating_since(c.submitted_at());
-                            self.metrics
-                                .delivery_latency_us
-                                .record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
-                        }
-                        self.outputs.push_back(Output::Confirmed(burst));
-                    }
-                    Ok(())
-                }
-                AckOutcome::Violation { error, fatal } => {
-                    self.metrics.protocol_errors += 1;
-                    if fatal {
-                        self.on_protocol_violation(now, slot, error.clone());
-                    }
-                    Err(error)
-                }
-            },
-            Input::Failed { error, .. } => {
-                self.on_stream_error(now, slot, error);
-                Ok(())
-            }
-            Input::Closed { .. } => {
-                self.on_server_closed(now, slot);
-                Ok(())
-            }
-            Input::Rotate { grace, .. } => {
-                self.on_rotate(now, slot, grace);
-                Ok(())
-            }
-        }
+    /// Feeds an event from a connection. The core applies the protocol's rules to it (READY
+    /// first, cumulative acks, rotation requests, the end of a call; see [`Input`]) and says
+    /// what it did. Inputs naming a connection that is not the slot's live one (closed, or of
+    /// another sink) are ignored (invariant 4). Nothing it returns needs an answer: drain
+    /// [`poll_output`](Self::poll_output) next, and log a [`Handled::Violation`].
+    pub fn handle(&mut self, now: Time, input: Input<L>) -> Handled {
+        self.on_input(now, input)
     }
 
     /// Stops admission and drains: every slot closes gracefully once its table's batches are
@@ -485,20 +448,36 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.close_deadline.get_or_insert(deadline.max(now));
     }
 
-    /// The next effect to perform. See the drain contract on [`SinkCore`].
+    /// The next effect to perform. See the drain contract on [`SinkCore`]. Expired timers fire
+    /// before anything else is decided, so `Output::Timeout(Some(at))` is always in the future.
     pub fn poll_output(&mut self, now: Time) -> Output<L, B> {
-        self.fire_timers(now);
-        // A pass can free streams (an evicted table goes cold) that the next pass hands to a
-        // waiting table: run to a fixed point. Each extra pass needs a table to change state,
-        // so this ends within a pass per table.
-        for _ in 0..=self.tables.len() {
-            if !self.pump(now) {
-                break;
+        // Each round fires what is due and pumps to a fixed point; a round that leaves a
+        // deadline at or before `now` (a timer armed by the pump itself, e.g. an immediate
+        // reopen after a rotation) runs again. Every round changes a slot's phase, so a few
+        // rounds suffice; the bound only guards against a bug turning into a busy loop.
+        for _ in 0..16 {
+            if let Some(out) = self.outputs.pop_front() {
+                return out;
+            }
+            self.fire_timers(now);
+            // A pass can free streams (an evicted table goes cold) that the next pass hands to
+            // a waiting table: run to a fixed point. Each extra pass needs a table to change
+            // state, so this ends within a pass per table.
+            for _ in 0..=self.tables.len() {
+                if !self.pump(now) {
+                    break;
+                }
+            }
+            if !self.outputs.is_empty() {
+                continue;
+            }
+            match self.next_deadline(now) {
+                Some(at) if at <= now => continue,
+                at => return Output::Timeout(at),
             }
         }
-        if let Some(out) = self.outputs.pop_front() {
-            return out;
-        }
-        Output::Timeout(self.next_deadline())
+        self.outputs.pop_front().unwrap_or(Output::Timeout(Some(
+            now + std::time::Duration::from_micros(1),
+        )))
     }
 }

@@ -24,6 +24,24 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             {
                 continue;
             }
+            // A half-closed call that has not ended within its drain window is cut.
+            if let Some((generation, until)) = window.closing
+                && until <= now
+            {
+                window.closing = None;
+                let conn = window.conn_id(generation);
+                self.outputs.push_back(Output::Close {
+                    conn,
+                    graceful: false,
+                });
+            }
+            let window = &mut self.slots[index];
+            if window
+                .deadline(self.config.open_timeout, self.config.ack_timeout)
+                .is_none_or(|at| at > now)
+            {
+                continue;
+            }
             match window.phase {
                 Phase::Opening { conn, since } => {
                     self.metrics.transient_failures += 1;
@@ -36,6 +54,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 }
                 Phase::Ready(live) => {
                     // The stream stopped acking: let its last acks arrive, then rebuild.
+                    self.metrics.ack_timeouts += 1;
                     window.last_failure = Some(FailureReason::AckTimeout {
                         slot,
                         conn: live.conn,
@@ -46,12 +65,13 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     window.phase = Phase::Draining {
                         live,
                         until,
-                        why: Drain::Poison,
+                        why: Drain::AckTimeout,
                     };
                 }
                 Phase::Draining {
-                    why: Drain::Poison, ..
-                } => self.end_poison_drain(now, slot),
+                    why: Drain::AckTimeout,
+                    ..
+                } => self.end_ack_timeout_drain(now, slot),
                 Phase::Draining {
                     why: Drain::Rotation { half_closed: false },
                     ..
@@ -75,7 +95,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// again only after the minimum backoff, so that no cancel-and-reopen churn is possible.
     fn cancel(&mut self, now: Time, slot: SlotId) {
         let had_connection = self.slots[slot.index()].phase.conn().is_some();
-        self.close_connection(slot, false, false);
+        self.close_connection(now, slot, false, false);
         if had_connection {
             let window = &mut self.slots[slot.index()];
             window.retry_at = window.retry_at.max(now + self.config.retry.initial_backoff);
@@ -97,30 +117,35 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
     }
 
-    /// The table's pool is still wanted: open a new connection. Otherwise (evicting, cold, or
-    /// shutting down with nothing left) the slot rests.
+    /// The table's pool is still wanted: open a new connection (once the slot's previous call,
+    /// half-closed, has ended). Otherwise (evicting, cold, or shutting down with nothing left)
+    /// the slot rests.
     fn reopen_or_rest(&mut self, now: Time, slot: SlotId) {
         let table = self.slots[slot.index()].table();
         let wanted = self.tables[table.index()].status == TableStatus::Warm
             && !self.quiet_for_close(table, slot);
-        if wanted {
-            self.open_slot(now, slot);
-        } else {
+        if !wanted {
             self.slots[slot.index()].phase = Phase::Idle;
+        } else if let Some((_, until)) = self.slots[slot.index()].closing {
+            self.slots[slot.index()].phase = Phase::Backoff { until };
+        } else {
+            self.open_slot(now, slot);
         }
     }
 
     fn open_slot(&mut self, now: Time, slot: SlotId) {
-        let conn = ConnGen(self.next_conn);
+        let generation = ConnGen(self.next_conn);
         self.next_conn += 1;
         let window = &mut self.slots[slot.index()];
-        window.phase = Phase::Opening { conn, since: now };
+        let table = window.table();
+        window.phase = Phase::Opening {
+            conn: generation,
+            since: now,
+        };
+        window.opened_epoch = self.tables[table.index()].cred_epoch;
         self.metrics.connections_opened += 1;
-        self.outputs.push_back(Output::Open {
-            table: window.table(),
-            slot,
-            conn,
-        });
+        let conn = window.conn_id(generation);
+        self.outputs.push_back(Output::Open { table, conn });
     }
 
     /// Whether shutdown leaves nothing for this slot to do.
@@ -147,8 +172,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let slot = window.id();
             match window.phase {
                 Phase::Draining {
-                    why: Drain::Poison, ..
-                } if window.all_acked() => self.end_poison_drain(now, slot),
+                    why: Drain::AckTimeout,
+                    ..
+                } if window.all_acked() => self.end_ack_timeout_drain(now, slot),
                 Phase::Draining {
                     why: Drain::Rotation { half_closed: false },
                     ..
@@ -163,9 +189,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Opens the pools of cold tables that have batches, all of a table's slots at once, first
     /// come first served (by how long each has waited), while the global stream cap allows.
     /// When the first in line does not fit, nobody behind it goes ahead; instead the least
-    /// recently used warm table that has held its streams for `min_residency` is evicted. So
-    /// tables under pressure take turns rather than evicting each other at once, and a table
-    /// evicted for another cannot take the freed streams back.
+    /// recently used warm table that may be evicted ([`Self::evictable_at`]) is drained and
+    /// closed. The fairness rule: the line is first come first served, a table evicted for
+    /// another joins the back of it (if it still has work), and every table keeps its streams
+    /// for `min_residency` after they first became READY. So each waiting table gets its turn
+    /// within a bound (the residency, plus the victim's drain), and tables under pressure take
+    /// turns instead of evicting each other before anything is written.
     fn warm_tables(&mut self, now: Time) {
         let mut line: Vec<usize> = Vec::new();
         for index in 0..self.tables.len() {
@@ -189,9 +218,15 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let t = &mut self.tables[index];
             t.status = TableStatus::Warm;
             t.warm_since = now;
+            t.ready_since = None;
             t.waiting_since = None;
             for slot in self.tables[index].slots() {
-                let retry_at = self.slots[slot].retry_at;
+                // Not before a failure's backoff is over, nor while the slot's previous call,
+                // half-closed, has not ended.
+                let window = &self.slots[slot];
+                let retry_at = window
+                    .closing
+                    .map_or(window.retry_at, |(_, until)| until.max(window.retry_at));
                 if retry_at > now {
                     self.slots[slot].phase = Phase::Backoff { until: retry_at };
                 } else {
@@ -211,15 +246,34 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         {
             return;
         }
-        let residency = self.config.min_residency;
         let victim = (0..self.tables.len())
             .filter(|&i| i != waiting && self.tables[i].status == TableStatus::Warm)
-            .filter(|&i| now >= self.tables[i].warm_since + residency)
+            .filter(|&i| now >= self.evictable_at(i))
             .min_by_key(|&i| (self.tables[i].last_used, i));
         if let Some(victim) = victim {
             self.tables[victim].status = TableStatus::Evicting;
             self.metrics.evictions += 1;
         }
+    }
+
+    /// When a warm table may be evicted for another: `min_residency` after the first of its
+    /// streams became READY (so it has carried work first), or, if none ever did, once a full
+    /// `open_timeout` plus `min_residency` have passed since it was warmed (so a table that
+    /// cannot connect does not hold the cap for ever).
+    pub(super) fn evictable_at(&self, table: usize) -> Time {
+        let t = &self.tables[table];
+        let residency = self.config.min_residency;
+        match t.ready_since {
+            Some(ready) => ready + residency,
+            None => t.warm_since + self.config.open_timeout + residency,
+        }
+    }
+
+    /// The first table in line for streams, if one waits.
+    fn first_waiting(&self) -> Option<usize> {
+        (0..self.tables.len())
+            .filter(|&i| self.tables[i].status == TableStatus::Cold && self.has_work(i))
+            .min_by_key(|&i| (self.tables[i].waiting_since, i))
     }
 
     fn has_work(&self, table: usize) -> bool {
@@ -285,7 +339,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             let window = &mut self.slots[index];
             match window.phase {
-                Phase::Ready(_) => self.close_connection(slot, true, false),
+                Phase::Ready(_) => self.close_connection(now, slot, true, false),
                 Phase::Opening { .. } => self.cancel(now, slot),
                 Phase::Backoff { .. } => window.phase = Phase::Idle,
                 _ => {}
@@ -304,13 +358,28 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         cooled
     }
 
-    pub(super) fn next_deadline(&self) -> Option<Time> {
+    /// The next time something is due: a slot's timer, the close deadline while work is left,
+    /// and, while a table waits for streams that the cap holds, the moment a warm table becomes
+    /// evictable (without it a driver that sleeps until the next deadline would sleep for ever).
+    pub(super) fn next_deadline(&self, now: Time) -> Option<Time> {
         let slots = self
             .slots
             .iter()
             .filter_map(|s| s.deadline(self.config.open_timeout, self.config.ack_timeout));
         let work = (0..self.tables.len()).any(|i| self.has_work(i));
         let close = self.close_deadline.filter(|_| work);
-        slots.chain(close).min()
+        let evicting = self
+            .tables
+            .iter()
+            .any(|t| t.status == TableStatus::Evicting);
+        let turn = match self.first_waiting() {
+            Some(waiting) if !evicting => (0..self.tables.len())
+                .filter(|&i| i != waiting && self.tables[i].status == TableStatus::Warm)
+                .map(|i| self.evictable_at(i))
+                .filter(|&at| at > now)
+                .min(),
+            _ => None,
+        };
+        slots.chain(close).chain(turn).min()
     }
 }

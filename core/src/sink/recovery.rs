@@ -5,13 +5,23 @@
 //!   connection replays them in logical order. Other slots are untouched.
 //! - A concurrency reject does the same, counted apart: traffic moves to the table's other
 //!   slots because only READY slots are given new batches.
-//! - A stream that stops acking drains (acks still applied) for `drain_budget`, then closes.
+//! - A stream that stops acking drains (acks still applied) for `drain_budget`, then closes
+//!   (counted as an ack timeout: the service is slow or the stream silently dead, not a stream
+//!   that broke).
 //! - Past the retry budget, the slot's batches are handed back, naming the last failure; when
 //!   every slot of a table is past it, so are the table's batches still waiting for a slot.
-//! - An auth rejection asks the driver to drop its cached token and retries once; a second
-//!   rejection, or any fatal error, fails the whole table and hands its batches back.
+//! - An auth rejection asks the driver to drop the table's cached token and retries the slot.
+//!   The refresh is per connection attempt, not per table (PROTOCOL.md C.3): a rejection of a
+//!   connection opened with a token that has since been refreshed only retries; a rejection of
+//!   a connection opened with refreshed credentials, before any connection has become READY
+//!   with them, fails the table, as does any fatal error, handing its batches back.
 //! - A rotation pauses the slot, waits for acks up to what was sent (within the grace period
-//!   less 500 ms), half-closes, reads late acks for up to 500 ms and reopens at once.
+//!   less 500 ms), half-closes, reads late acks for up to 500 ms and reopens at once: a rotation
+//!   is the service moving the stream (a pod draining), not a failure, so there is nothing to
+//!   back off from (the official client sleeps its 2 s recovery backoff here only because its
+//!   rotation goes through its generic recovery path; see ADR 0008).
+//! - Whenever the core stops listening to a connection it says so with a `Close { graceful:
+//!   false }`: exactly once per connection it opened.
 
 use std::time::Duration;
 
@@ -19,7 +29,7 @@ use crate::batch::Batch;
 use crate::classify::ErrorClass;
 use crate::error::{FailureReason, ProtocolError, StreamError};
 use crate::event::Output;
-use crate::ids::{SlotId, TableId};
+use crate::ids::{ConnGen, SlotId, TableId};
 use crate::lane::Lane;
 use crate::time::Time;
 use crate::window::{Drain, Phase};
@@ -28,7 +38,7 @@ use super::{SinkCore, TableStatus};
 
 /// How long a rotating stream's half-closed side may still deliver acks (the official
 /// client's fixed drain window, PROTOCOL.md A.4).
-pub(super) const ROTATION_DRAIN: Duration = Duration::from_millis(500);
+pub(super) const HALF_CLOSE_DRAIN: Duration = Duration::from_millis(500);
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// An error reported on the slot's live (or opening) connection.
@@ -43,7 +53,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return self.finish_rotation(now, slot);
         }
         let live = matches!(window.phase, Phase::Ready(_) | Phase::Draining { .. });
-        let conn = window.phase.conn().unwrap_or(crate::ConnGen::FIRST);
+        let conn = window.phase.conn().unwrap_or(ConnGen(0));
+        let opened_epoch = window.opened_epoch;
         let table = window.table();
         let reason = FailureReason::Stream {
             slot,
@@ -51,18 +62,22 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             error: error.clone(),
         };
         match error.class(live) {
-            ErrorClass::Fatal => self.fail_table(table, error),
+            ErrorClass::Fatal => self.fail_table(now, table, error),
             ErrorClass::AuthRejected => {
                 let t = &mut self.tables[table.index()];
-                if t.auth_refreshed {
-                    self.fail_table(table, error);
+                if opened_epoch < t.cred_epoch {
+                    // Opened with a token refreshed since: retry with the new one.
+                } else if t.refresh_unproven {
+                    return self.fail_table(now, table, error);
                 } else {
-                    t.auth_refreshed = true;
+                    t.cred_epoch += 1;
+                    t.refresh_unproven = true;
                     self.metrics.credential_refreshes += 1;
                     self.outputs
                         .push_back(Output::InvalidateCredentials { table });
-                    self.restart(now, slot, reason, false);
                 }
+                self.metrics.auth_rejections += 1;
+                self.restart(now, slot, reason, false);
             }
             ErrorClass::ConcurrencyReject => {
                 self.metrics.concurrency_rejects += 1;
@@ -87,53 +102,72 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 ..
             } => self.finish_rotation(now, slot),
             Phase::Draining {
-                why: Drain::Poison, ..
-            } => self.end_poison_drain(now, slot),
+                why: Drain::AckTimeout,
+                ..
+            } => self.end_ack_timeout_drain(now, slot),
             // Ending a call that should be live is a failure like any other (retryable).
             _ => self.on_stream_error(now, slot, StreamError::Eof),
         }
     }
 
-    /// The service asked the slot's stream to rotate within `grace`.
-    pub(super) fn on_rotate(&mut self, now: Time, slot: SlotId, grace: Duration) {
+    /// The service asked the slot's stream to rotate within `grace`; false if the stream was
+    /// not live and ready (already draining).
+    pub(super) fn on_rotate(&mut self, now: Time, slot: SlotId, grace: Duration) -> bool {
         let window = &mut self.slots[slot.index()];
-        if let Phase::Ready(live) = window.phase {
-            self.metrics.rotations += 1;
-            let until = now + grace.saturating_sub(ROTATION_DRAIN);
-            window.phase = Phase::Draining {
-                live,
-                until,
-                why: Drain::Rotation { half_closed: false },
-            };
-        }
+        let Phase::Ready(live) = window.phase else {
+            return false;
+        };
+        self.metrics.rotations += 1;
+        let until = now + grace.saturating_sub(HALF_CLOSE_DRAIN);
+        window.phase = Phase::Draining {
+            live,
+            until,
+            why: Drain::Rotation { half_closed: false },
+        };
+        true
     }
 
-    /// A fatal protocol violation in an ack: a forward ack ends the connection and hands its
-    /// batches back (terminal, as in the official client); an ack before READY only restarts.
-    pub(super) fn on_protocol_violation(&mut self, now: Time, slot: SlotId, error: ProtocolError) {
-        let hand_back = matches!(error, ProtocolError::ForwardAck { .. });
+    /// A forward ack ends the connection and hands its batches back (terminal for them, as in
+    /// the official client, PROTOCOL.md A.3); the slot reconnects for later batches.
+    pub(super) fn on_forward_ack(&mut self, now: Time, slot: SlotId, error: ProtocolError) {
         let reason = FailureReason::Protocol(error);
-        if hand_back {
-            self.close_connection(slot, false, true);
-            if let Some(failed) = self.slots[slot.index()].fail_all(reason.clone()) {
-                self.outputs.push_back(Output::Failed(failed));
-            }
+        self.close_connection(now, slot, false, true);
+        if let Some(failed) = self.slots[slot.index()].fail_all(reason.clone()) {
+            self.outputs.push_back(Output::Failed(failed));
         }
         self.restart(now, slot, reason, false);
     }
 
-    /// Drops the slot's connection, if it has one: unplaces its batches (the durable prefix
-    /// sliced off), tells the driver, and counts it as failed if `failed`.
-    pub(super) fn close_connection(&mut self, slot: SlotId, graceful: bool, failed: bool) {
-        if let Some(conn) = self.slots[slot.index()].rebase() {
+    /// Ends the slot's connection, if it has one: unplaces its batches (the durable prefix
+    /// sliced off), tells the driver, and counts it as failed if `failed`. `graceful`:
+    /// half-close it and let the call end on its own, cutting it after 500 ms if it has not
+    /// (the official client's drain window, PROTOCOL.md A.6); otherwise drop it now. A
+    /// connection already half-closed (at shutdown or eviction) is cut.
+    pub(super) fn close_connection(
+        &mut self,
+        now: Time,
+        slot: SlotId,
+        graceful: bool,
+        failed: bool,
+    ) {
+        let window = &mut self.slots[slot.index()];
+        if !graceful && let Some((closing, _)) = window.closing.take() {
+            let conn = window.conn_id(closing);
+            self.outputs.push_back(Output::Close {
+                conn,
+                graceful: false,
+            });
+        }
+        let window = &mut self.slots[slot.index()];
+        if let Some(generation) = window.rebase() {
             if failed {
                 self.metrics.connections_failed += 1;
             }
-            self.outputs.push_back(Output::Close {
-                slot,
-                conn,
-                graceful,
-            });
+            let conn = window.conn_id(generation);
+            self.outputs.push_back(Output::Close { conn, graceful });
+            if graceful {
+                window.closing = Some((generation, now + HALF_CLOSE_DRAIN));
+            }
         }
     }
 
@@ -147,7 +181,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         graceful: bool,
     ) {
         let policy = self.config.retry;
-        self.close_connection(slot, graceful, true);
+        self.close_connection(now, slot, graceful, true);
         let window = &mut self.slots[slot.index()];
         window.failures = window.failures.saturating_add(1);
         if window.failures > policy.max_attempts && window.has_pending() {
@@ -188,11 +222,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
     }
 
-    /// A poisoned stream's drain is over (its budget ran out, or everything is acked).
-    pub(super) fn end_poison_drain(&mut self, now: Time, slot: SlotId) {
+    /// A stream that stopped acking has drained (its budget ran out, or everything is acked):
+    /// close it and reconnect. Counted at the timeout as `ack_timeouts`, not as `poisoned`.
+    pub(super) fn end_ack_timeout_drain(&mut self, now: Time, slot: SlotId) {
         let window = &self.slots[slot.index()];
         let graceful = window.all_acked();
-        let conn = window.phase.conn().unwrap_or(crate::ConnGen::FIRST);
+        let conn = window.phase.conn().unwrap_or(ConnGen(0));
         let reason = window
             .last_failure
             .clone()
@@ -201,7 +236,6 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 conn,
                 error: StreamError::Eof,
             });
-        self.metrics.poisoned += 1;
         self.restart(now, slot, reason, graceful);
     }
 
@@ -215,28 +249,34 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         } = window.phase
         {
             self.outputs.push_back(Output::Close {
-                slot,
-                conn: live.conn,
+                conn: window.conn_id(live.conn),
                 graceful: true,
             });
             window.phase = Phase::Draining {
                 live,
-                until: now + ROTATION_DRAIN,
+                until: now + HALF_CLOSE_DRAIN,
                 why: Drain::Rotation { half_closed: true },
             };
         }
     }
 
-    /// The rotated stream is gone: replay on a new connection at once (no backoff: nothing
-    /// failed).
+    /// The rotated stream is done (the service ended the call, or the 500 ms after our
+    /// half-close passed): forget it (a final `Close`) and replay on a new connection at once
+    /// (no backoff: nothing failed).
     pub(super) fn finish_rotation(&mut self, now: Time, slot: SlotId) {
         let window = &mut self.slots[slot.index()];
-        window.rebase();
+        if let Some(generation) = window.rebase() {
+            let conn = window.conn_id(generation);
+            self.outputs.push_back(Output::Close {
+                conn,
+                graceful: false,
+            });
+        }
         window.phase = Phase::Backoff { until: now };
     }
 
     /// Fails the table: every slot closes for good and every batch comes back.
-    pub(super) fn fail_table(&mut self, table: TableId, error: StreamError) {
+    pub(super) fn fail_table(&mut self, now: Time, table: TableId, error: StreamError) {
         let Some(t) = self.tables.get_mut(table.index()) else {
             return;
         };
@@ -248,6 +288,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let reason = FailureReason::TableFailed { table, error };
         for index in t.slots() {
             self.close_connection(
+                now,
                 SlotId(u16::try_from(index).unwrap_or(u16::MAX)),
                 false,
                 true,

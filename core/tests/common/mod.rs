@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use zerobus_sink::{
-    ConnGen, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, SlotId, TableId, TableSpec,
-    Time, Token,
+    ConnId, Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, SlotId, TableId,
+    TableSpec, Time, Token,
 };
 
 pub type Sink = SinkCore<Raw, Vec<u8>>;
@@ -31,17 +31,19 @@ pub fn sink_with(slots: u16, mut config: SinkConfig) -> (Sink, TableId) {
     (s, table)
 }
 
-/// Feeds an ack of `up_to_records` cumulative rows on `slot`/`conn`; it must be accepted.
-pub fn ack(sink: &mut Sink, now: Time, slot: SlotId, conn: ConnGen, up_to_records: u64) {
-    sink.handle(
-        now,
-        Input::Acked {
-            slot,
-            conn,
-            up_to_records,
-        },
-    )
-    .unwrap();
+/// Feeds an ack of `up_to_records` cumulative rows on `conn`; it must not be a violation.
+pub fn ack(sink: &mut Sink, now: Time, conn: ConnId<Raw>, up_to_records: u64) {
+    let handled = sink.handle(now, Input::acked(conn, up_to_records));
+    assert!(
+        !matches!(handled, Handled::Violation(_)),
+        "ack of {up_to_records} on {conn}: {handled:?}"
+    );
+}
+
+/// Feeds an input that must be applied.
+pub fn apply(sink: &mut Sink, now: Time, input: Input<Raw>) {
+    let handled = sink.handle(now, input.clone());
+    assert_eq!(handled, Handled::Applied, "{input:?}");
 }
 
 /// Drains outputs, answering every Open with Ready at once; returns everything else.
@@ -49,9 +51,7 @@ pub fn drain(sink: &mut Sink, now: Time) -> Vec<Out> {
     let mut seen = Vec::new();
     loop {
         match sink.poll_output(now) {
-            Output::Open { slot, conn, .. } => {
-                sink.handle(now, Input::Ready { slot, conn }).unwrap()
-            }
+            Output::Open { conn, .. } => apply(sink, now, Input::ready(conn)),
             Output::Timeout(_) => return seen,
             other => seen.push(other),
         }
@@ -68,11 +68,17 @@ pub fn drain_raw(sink: &mut Sink, now: Time) -> Vec<Out> {
 }
 
 /// (slot, conn, wire offset, logical offset, rows) of every Send.
-pub fn sends(outputs: &[Out]) -> Vec<(SlotId, ConnGen, u64, u64, u64)> {
+pub fn sends(outputs: &[Out]) -> Vec<(SlotId, ConnId<Raw>, u64, u64, u64)> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            Output::Send(t) => Some((t.slot, t.conn, t.wire_offset.get(), t.offset.get(), t.rows)),
+            Output::Send(t) => Some((
+                t.conn.slot(),
+                t.conn,
+                t.wire_offset.get(),
+                t.offset.get(),
+                t.rows,
+            )),
             _ => None,
         })
         .collect()
