@@ -1,15 +1,16 @@
 //! One connection: one `DoPut` on its own HTTP/2 connection (as the official client does by
-//! default), run as its own task. It connects, presents the headers, sends the schema, reports
-//! READY, acks, rotation requests and the end of the call to the driver as core inputs, and
-//! encodes and sends the messages the driver hands it. It never decides anything: what to send,
-//! when to give up and when to close are the core's decisions.
+//! default), run as its own task. It connects, presents the headers, sends the schema, turns
+//! every `PutResult` into an [`Input::Result`] (or [`Input::Unreadable`]), the end of the call
+//! into [`Input::Closed`] or [`Input::Failed`], and encodes and sends the messages the driver
+//! hands it. It decides nothing: what a response means (READY first, acks, rotations), what to
+//! send, when to give up and when to close are the core's decisions.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
+use arrow_flight::FlightData;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{FlightData, PutResult};
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::SchemaRef;
 use futures::channel::mpsc as fmpsc;
@@ -17,10 +18,10 @@ use tokio::sync::mpsc;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::Instrument;
-use zerobus_sink::{Code, ConnGen, Input, SchemaCause, SlotId, StreamError};
+use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
 use crate::auth::TokenSource;
-use crate::wire::{self, Response};
+use crate::wire;
 
 /// What a connection needs to know, shared by every connection of a table.
 #[derive(Debug)]
@@ -52,33 +53,11 @@ pub(crate) enum Command {
     HalfClose,
 }
 
-/// From a connection to the driver.
-#[derive(Debug)]
-pub(crate) struct Event {
-    pub(crate) slot: SlotId,
-    pub(crate) conn: ConnGen,
-    pub(crate) input: Input,
-}
-
 /// A running connection: dropping the handle (or aborting the task) cuts it.
 #[derive(Debug)]
 pub(crate) struct Handle {
-    pub(crate) conn: ConnGen,
     pub(crate) commands: mpsc::UnboundedSender<Command>,
     pub(crate) task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Handle {
-    /// Half-closes and lets the call end on its own (the service sends its last acks and an OK
-    /// status), for at most `drain`; then cuts it.
-    pub(crate) async fn finish(mut self, drain: Duration) {
-        let _ = self.commands.send(Command::HalfClose);
-        if let Some(task) = self.task.as_mut()
-            && tokio::time::timeout(drain, task).await.is_err()
-        {
-            tracing::debug!(conn = %self.conn, "the call did not end within the drain window");
-        }
-    }
 }
 
 impl Drop for Handle {
@@ -89,53 +68,53 @@ impl Drop for Handle {
     }
 }
 
-/// Starts a connection for `slot`.
-pub(crate) fn spawn(
+/// Starts the connection `conn`; what happens on it reaches the driver as inputs.
+pub(crate) fn spawn<L: Lane>(
     shared: Arc<Shared>,
     table: Arc<TableWire>,
-    slot: SlotId,
-    conn: ConnGen,
-    events: mpsc::UnboundedSender<Event>,
+    conn: ConnId<L>,
+    events: mpsc::UnboundedSender<Input<L>>,
 ) -> Handle {
     let (commands, rx) = mpsc::unbounded_channel();
-    let span = tracing::info_span!("stream", table = %table.name, %slot, %conn);
+    let span = tracing::info_span!(
+        "stream",
+        table = %table.name,
+        slot = %conn.slot(),
+        conn = %conn.generation()
+    );
     let task = tokio::spawn(
         async move {
-            let report = |input: Input| {
-                let _ = events.send(Event { slot, conn, input });
+            let report = |input: Input<L>| {
+                let _ = events.send(input);
             };
-            let end = run(&shared, &table, slot, conn, rx, &report).await;
+            let end = run(&shared, &table, conn, rx, &report).await;
             tracing::debug!(?end, "connection ended");
             report(end);
         }
         .instrument(span),
     );
     Handle {
-        conn,
         commands,
         task: Some(task),
     }
 }
 
-/// A status as the core sees it: `SCHEMA_VALIDATION_FAILED` details (domain
-/// `zerobus.databricks.com` or empty) make it a schema rejection, as in the official client
-/// (PROTOCOL.md C.2); anything else is its code and message.
+/// A status as the core takes it: its code, its message and its `google.rpc.ErrorInfo` detail
+/// if it has one (the core decides what `SCHEMA_VALIDATION_FAILED` means, PROTOCOL.md C.2).
 pub(crate) fn status_error(status: &tonic::Status) -> StreamError {
     use tonic_types::StatusExt;
-    if let Some(info) = status.get_details_error_info()
-        && info.reason == "SCHEMA_VALIDATION_FAILED"
-        && (info.domain == "zerobus.databricks.com" || info.domain.is_empty())
-    {
-        let causes = info.metadata.get("causes").map_or("", String::as_str);
-        return StreamError::SchemaRejected {
-            causes: SchemaCause::parse_list(causes),
+    let info = status.get_details_error_info().map(|info| {
+        Box::new(ErrorInfo {
+            causes: info.metadata.get("causes").cloned(),
             error_code: info.metadata.get("error_code").cloned(),
-            message: status.message().to_owned(),
-        };
-    }
+            reason: info.reason,
+            domain: info.domain,
+        })
+    });
     StreamError::Status {
         code: Code::from_i32(status.code() as i32),
         message: status.message().to_owned(),
+        info,
     }
 }
 
@@ -169,21 +148,19 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
 }
 
 /// Runs the call; returns the input that ends it.
-async fn run(
+async fn run<L: Lane>(
     shared: &Shared,
     table: &TableWire,
-    slot: SlotId,
-    conn: ConnGen,
+    conn: ConnId<L>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    report: &impl Fn(Input),
-) -> Input {
-    let failed = |error: StreamError| Input::Failed { slot, conn, error };
+    report: &impl Fn(Input<L>),
+) -> Input<L> {
+    let failed = |error: StreamError| Input::Failed { conn, error };
     let token = match shared.tokens.token(&table.name).await {
         Ok(t) => t,
-        Err(e) if e.is_retryable() => return failed(transport(e.to_string())),
         Err(e) => {
-            return failed(StreamError::Status {
-                code: Code::Unauthenticated,
+            return failed(StreamError::Credentials {
+                retryable: e.is_retryable(),
                 message: e.to_string(),
             });
         }
@@ -225,20 +202,14 @@ async fn run(
     };
     let mut requests = Some(requests);
     let mut context = arrow_ipc::writer::IpcWriteContext::default();
-    let mut ready = false;
     loop {
         tokio::select! {
             message = responses.message() => match message {
-                Ok(Some(result)) => {
-                    if let Err(end) = on_put_result(&result, &mut ready, slot, conn, report) {
-                        return end;
-                    }
-                }
-                Ok(None) if ready => return Input::Closed { slot, conn },
-                Ok(None) => return failed(StreamError::Status {
-                    code: Code::Internal,
-                    message: "the call ended before READY".into(),
+                Ok(Some(result)) => report(match wire::parse(&result) {
+                    Ok(result) => Input::Result { conn, result },
+                    Err(e) => Input::Unreadable { conn, reason: e.to_string() },
                 }),
+                Ok(None) => return Input::Closed { conn },
                 Err(status) => return failed(status_error(&status)),
             },
             command = commands.recv(), if requests.is_some() => match command {
@@ -265,53 +236,12 @@ async fn run(
     }
 }
 
-/// Acts on one `PutResult`: reports READY, acks and rotation requests; `Err` is the input that
-/// ends the connection (anything but READY first, PROTOCOL.md A.3). Unparseable metadata after
-/// READY is logged and ignored, as the official client does.
-fn on_put_result(
-    result: &PutResult,
-    ready: &mut bool,
-    slot: SlotId,
-    conn: ConnGen,
-    report: &impl Fn(Input),
-) -> Result<(), Input> {
-    let parsed = wire::parse(result);
-    match parsed {
-        Ok(Response::Ready) if !*ready => {
-            *ready = true;
-            report(Input::Ready { slot, conn });
-        }
-        Ok(Response::Ready) => {}
-        _ if !*ready => {
-            let error = transport(format!("unexpected first response (not READY): {parsed:?}"));
-            return Err(Input::Failed { slot, conn, error });
-        }
-        Ok(Response::Ack {
-            up_to_records,
-            close_after_ms,
-        }) => {
-            if up_to_records > 0 {
-                report(Input::Acked {
-                    slot,
-                    conn,
-                    up_to_records,
-                });
-            }
-            if let Some(ms) = close_after_ms {
-                let grace = Duration::from_millis(ms);
-                report(Input::Rotate { slot, conn, grace });
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "ignoring a PutResult"),
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
     use tonic_types::{ErrorDetails, StatusExt};
+    use zerobus_sink::SchemaCause;
 
     fn with_info(reason: &str, domain: &str) -> tonic::Status {
         let metadata = HashMap::from([
@@ -329,13 +259,13 @@ mod tests {
     }
 
     #[test]
-    fn schema_validation_details_become_a_schema_rejection() {
+    fn schema_validation_details_reach_the_core_which_makes_them_a_schema_rejection() {
         for domain in ["zerobus.databricks.com", ""] {
             let StreamError::SchemaRejected {
                 causes,
                 error_code,
                 message,
-            } = status_error(&with_info("SCHEMA_VALIDATION_FAILED", domain))
+            } = status_error(&with_info("SCHEMA_VALIDATION_FAILED", domain)).normalized()
             else {
                 panic!("not a schema rejection for domain {domain:?}");
             };
@@ -354,7 +284,7 @@ mod tests {
         }
         for (reason, domain) in [("SCHEMA_VALIDATION_FAILED", "example.com"), ("OTHER", "")] {
             assert!(matches!(
-                status_error(&with_info(reason, domain)),
+                status_error(&with_info(reason, domain)).normalized(),
                 StreamError::Status {
                     code: Code::InvalidArgument,
                     ..

@@ -10,11 +10,11 @@ use arrow_array::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zerobus_sink::{
-    Admitted, Batch, FailedBatch, Lane, LogicalOffset, Output, RejectReason, Route, SinkCore,
-    SlotId, TableId, Time, Token,
+    Admitted, Batch, ConnId, FailedBatch, Handled, Ignored, Input, Lane, LogicalOffset, Output,
+    RejectReason, Route, SinkCore, SlotId, TableId, Time, Token,
 };
 
-use crate::conn::{self, Event, TableWire};
+use crate::conn::{self, TableWire};
 use crate::error::{DeliveryError, FlushError, SendError};
 use crate::receipt::{Delivered, Receipt};
 use crate::report::Report;
@@ -67,9 +67,9 @@ pub(crate) struct Driver<L: Lane, C> {
     pub(crate) tables: Vec<Arc<TableWire>>,
     pub(crate) commands: mpsc::Receiver<Command<L>>,
     pub(crate) epoch: Instant,
-    conns: HashMap<SlotId, conn::Handle>,
-    events_tx: mpsc::UnboundedSender<Event>,
-    events: mpsc::UnboundedReceiver<Event>,
+    conns: HashMap<ConnId<L>, conn::Handle>,
+    events_tx: mpsc::UnboundedSender<Input<L>>,
+    events: mpsc::UnboundedReceiver<Input<L>>,
     receipts: HashMap<u64, oneshot::Sender<Result<Delivered, DeliveryError>>>,
     sent: HashMap<(SlotId, LogicalOffset), u64>,
     next_id: u64,
@@ -138,10 +138,18 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
             let accepting = self.blocked.is_none() && !self.handle_gone;
             let at = wake.map(|t| self.instant(t));
             tokio::select! {
-                Some(event) = self.events.recv() => {
+                Some(input) = self.events.recv() => {
                     let now = self.now();
-                    if let Err(e) = self.core.handle(now, event.input) {
-                        tracing::warn!(error = %e, slot = %event.slot, conn = %event.conn, "protocol violation");
+                    let conn = input.conn();
+                    match self.core.handle(now, input) {
+                        Handled::Violation(e) => {
+                            tracing::warn!(error = %e, %conn, "protocol violation");
+                        }
+                        Handled::Ignored(Ignored::Unreadable { reason }) => {
+                            tracing::warn!(%reason, %conn, "ignoring a PutResult");
+                        }
+                        Handled::Ignored(why) => tracing::trace!(?why, %conn, "input ignored"),
+                        _ => {}
                     }
                 }
                 command = self.commands.recv(), if accepting => match command {
@@ -155,10 +163,9 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 () = sleep(at) => {}
             }
         }
-        // Streams closed gracefully are half-closed; give the service the same 500 ms the
-        // official client gives it to end each call (PROTOCOL.md A.6), then cut what is left.
-        let drain = Duration::from_millis(500);
-        futures::future::join_all(self.conns.drain().map(|(_, h)| h.finish(drain))).await;
+        // The core has ended every call (each half-closed one within its 500 ms drain window):
+        // nothing is left to wait for.
+        self.conns.clear();
         let report = self.snapshot();
         for f in self.flushes.drain(..) {
             let _ = f.send(Ok(()));
@@ -245,40 +252,32 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
     fn drain(&mut self, now: Time) -> Option<Time> {
         loop {
             match self.core.poll_output(now) {
-                Output::Open { table, slot, conn } => {
+                Output::Open { table, conn } => {
                     let Some(wire) = self.wire(table) else {
                         continue;
                     };
-                    tracing::debug!(table = %wire.name, %slot, %conn, "opening");
-                    let handle = conn::spawn(
-                        self.shared.clone(),
-                        wire,
-                        slot,
-                        conn,
-                        self.events_tx.clone(),
-                    );
-                    self.conns.insert(slot, handle);
+                    tracing::debug!(table = %wire.name, %conn, "opening");
+                    let handle =
+                        conn::spawn(self.shared.clone(), wire, conn, self.events_tx.clone());
+                    self.conns.insert(conn, handle);
                 }
                 Output::Send(t) => {
-                    self.sent.insert((t.slot, t.offset), t.batch.id);
-                    if let Some(h) = self.conns.get(&t.slot).filter(|h| h.conn == t.conn) {
+                    self.sent.insert((t.slot(), t.offset), t.batch.id);
+                    if let Some(h) = self.conns.get(&t.conn) {
                         let _ = h.commands.send(conn::Command::Send {
                             batch: t.batch.batch,
                             wire_offset: t.wire_offset.get(),
                         });
                     }
                 }
-                Output::Close {
-                    slot,
-                    conn,
-                    graceful,
-                } => {
+                Output::Close { conn, graceful } => {
                     if graceful {
-                        if let Some(h) = self.conns.get(&slot).filter(|h| h.conn == conn) {
+                        if let Some(h) = self.conns.get(&conn) {
                             let _ = h.commands.send(conn::Command::HalfClose);
                         }
-                    } else if self.conns.get(&slot).is_some_and(|h| h.conn == conn) {
-                        self.conns.remove(&slot);
+                    } else {
+                        // Dropping the handle aborts the call (it may have ended already).
+                        self.conns.remove(&conn);
                     }
                 }
                 Output::Confirmed(burst) => {

@@ -8,6 +8,7 @@ use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, Ip
 use arrow_ipc::{CompressionType, MetadataVersion};
 use arrow_schema::{ArrowError, Schema};
 use serde::Deserialize;
+use zerobus_sink::PutResultMeta;
 
 /// The IPC body compression of batch messages (PROTOCOL.md A.2.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,20 +59,6 @@ pub(crate) fn batch_message(
     Ok(data.with_app_metadata(format!("{{\"offset_id\":{wire_offset}}}").into_bytes()))
 }
 
-/// A parsed `PutResult`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Response {
-    /// `{"ack_up_to_offset":-1,"ack_up_to_records":0}`.
-    Ready,
-    /// A durable ack, possibly with a rotation request.
-    Ack {
-        /// Cumulative durable rows on the connection.
-        up_to_records: u64,
-        /// `close_stream_duration_ms`, if present.
-        close_after_ms: Option<u64>,
-    },
-}
-
 /// Why a `PutResult` could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -97,8 +84,9 @@ struct AckJson {
     close_stream_duration_ms: Option<u64>,
 }
 
-/// Parses a `PutResult`'s `app_metadata` (PROTOCOL.md A.3).
-pub(crate) fn parse(result: &PutResult) -> Result<Response, MetadataError> {
+/// Parses a `PutResult`'s `app_metadata` (PROTOCOL.md A.3) into its fields. What they mean
+/// (READY, an ack, a rotation) is the core's decision, not this parser's.
+pub(crate) fn parse(result: &PutResult) -> Result<PutResultMeta, MetadataError> {
     let bytes = &result.app_metadata;
     if bytes.is_empty() {
         return Err(MetadataError::Empty);
@@ -107,15 +95,10 @@ pub(crate) fn parse(result: &PutResult) -> Result<Response, MetadataError> {
         reason: e.to_string(),
         excerpt: String::from_utf8_lossy(&bytes[..bytes.len().min(64)]).into_owned(),
     })?;
-    if ack.ack_up_to_offset == -1
-        && ack.ack_up_to_records == 0
-        && ack.close_stream_duration_ms.is_none()
-    {
-        return Ok(Response::Ready);
-    }
-    Ok(Response::Ack {
-        up_to_records: ack.ack_up_to_records,
-        close_after_ms: ack.close_stream_duration_ms,
+    Ok(PutResultMeta {
+        ack_up_to_offset: ack.ack_up_to_offset,
+        ack_up_to_records: ack.ack_up_to_records,
+        close_stream_duration_ms: ack.close_stream_duration_ms,
     })
 }
 
@@ -129,27 +112,29 @@ mod tests {
         }
     }
 
+    fn meta(offset: i64, records: u64, close: Option<u64>) -> PutResultMeta {
+        PutResultMeta {
+            ack_up_to_offset: offset,
+            ack_up_to_records: records,
+            close_stream_duration_ms: close,
+        }
+    }
+
     #[test]
-    fn ready_ack_and_rotation_parse() {
+    fn ready_ack_and_rotation_parse_into_their_fields() {
         assert_eq!(
             parse(&put(r#"{"ack_up_to_offset":-1,"ack_up_to_records":0}"#)),
-            Ok(Response::Ready)
+            Ok(PutResultMeta::READY)
         );
         assert_eq!(
             parse(&put(r#"{"ack_up_to_offset":99,"ack_up_to_records":5000}"#)),
-            Ok(Response::Ack {
-                up_to_records: 5000,
-                close_after_ms: None
-            })
+            Ok(meta(99, 5000, None))
         );
         assert_eq!(
             parse(&put(
                 r#"{"ack_up_to_offset":5,"ack_up_to_records":100,"close_stream_duration_ms":2000}"#
             )),
-            Ok(Response::Ack {
-                up_to_records: 100,
-                close_after_ms: Some(2000)
-            })
+            Ok(meta(5, 100, Some(2000)))
         );
     }
 

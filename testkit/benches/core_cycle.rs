@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use zerobus_sink::{
-    Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token, WindowLimits,
+    Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token,
+    WindowLimits,
 };
 
 fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
@@ -39,12 +40,12 @@ fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
         }
         loop {
             match sink.poll_output(now) {
-                Output::Open { slot, conn, .. } => sink
-                    .handle(now, Input::Ready { slot, conn })
-                    .expect("ready"),
+                Output::Open { conn, .. } => {
+                    assert_eq!(sink.handle(now, Input::ready(conn)), Handled::Applied);
+                }
                 Output::Send(t) => {
                     rows_sent += t.rows;
-                    target = Some((t.slot, t.conn));
+                    target = Some(t.conn);
                     black_box(t.batch);
                 }
                 Output::Confirmed(burst) => {
@@ -56,16 +57,9 @@ fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
                 _ => {}
             }
         }
-        let (slot, conn) = target.expect("sent");
-        sink.handle(
-            now,
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: rows_sent,
-            },
-        )
-        .expect("ack");
+        let conn = target.expect("sent");
+        let handled = sink.handle(now, Input::acked(conn, rows_sent));
+        assert_eq!(handled, Handled::Applied, "ack");
         while !matches!(sink.poll_output(now), Output::Timeout(_)) {}
         done += per_ack;
     }

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen};
 use zerobus_sink::{
-    Bound, Code, ConnGen, Input, Output, PoolSizing, Raw, RejectReason, RetryPolicy, SchemaCause,
+    Batch, Code, ConnId, ErrorInfo, Handled, Input, Output, PoolSizing, Raw, RetryPolicy,
     SinkConfig, SinkCore, SlotId, StreamError, TableId, TableSpec, Time, Token, WindowLimits,
 };
 
 use crate::batch::SimBatch;
-use crate::oracle::{Oracle, Tally, Violation};
+use crate::oracle::{Checks, Oracle, Tally, Violation};
 
 /// One step of a schedule: a submit, something a connection does, or time passing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,10 +176,7 @@ impl Op {
     /// The error a [`Op::Fail`] of `kind` reports: one of each class the core tells apart.
     #[must_use]
     pub fn error(kind: u8) -> StreamError {
-        let status = |code| StreamError::Status {
-            code,
-            message: format!("{code:?} (harness)"),
-        };
+        let status = |code| StreamError::status(code, format!("{code:?} (harness)"));
         match kind % 8 {
             0 => StreamError::Eof,
             1 => status(Code::Unavailable),
@@ -190,10 +187,15 @@ impl Op {
             },
             5 => status(Code::Internal),
             6 => status(Code::NotFound),
-            _ => StreamError::SchemaRejected {
-                causes: vec![SchemaCause::FieldNotInTable],
-                error_code: None,
+            _ => StreamError::Status {
+                code: Code::InvalidArgument,
                 message: "harness".into(),
+                info: Some(Box::new(ErrorInfo {
+                    reason: "SCHEMA_VALIDATION_FAILED".into(),
+                    domain: "zerobus.databricks.com".into(),
+                    causes: Some("FIELD_NOT_IN_TABLE".into()),
+                    error_code: Some("8001".into()),
+                })),
             },
         }
     }
@@ -203,38 +205,51 @@ impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Op {
         let slot = u8::arbitrary(g) % 6;
         // Weighted towards the happy path so that schedules make progress; fatal errors rare.
+        // Now and then a value beyond the harness's caps (a batch above the row window, an ack
+        // far beyond what was sent) and a jump of days.
+        let rows = |g: &mut Gen| match u8::arbitrary(g) % 16 {
+            0 => u8::arbitrary(g),
+            _ => u8::arbitrary(g) % 40,
+        };
         match u8::arbitrary(g) % 32 {
-            0..=6 => Op::Submit {
-                rows: u8::arbitrary(g) % 40,
-            },
-            7 | 8 => Op::SubmitKeyed {
+            0..=6 => Op::Submit { rows: rows(g) },
+            7..=9 => Op::SubmitKeyed {
                 key: u8::arbitrary(g) % 5,
-                rows: u8::arbitrary(g) % 40,
+                rows: rows(g),
             },
-            9..=11 => Op::Ready { slot },
-            12..=18 => Op::Ack {
+            10..=12 => Op::Ready { slot },
+            13..=16 => Op::Ack {
                 slot,
                 rows: u16::arbitrary(g) % 120,
             },
-            19 => Op::RawAck {
+            17 => Op::RawAck {
                 slot,
-                up_to: u32::arbitrary(g) % 400,
+                up_to: if bool::arbitrary(g) {
+                    u32::arbitrary(g)
+                } else {
+                    u32::arbitrary(g) % 400
+                },
             },
-            20 => Op::StaleAck {
+            18 | 19 => Op::StaleAck {
                 slot,
                 up_to: u16::arbitrary(g) % 400,
             },
-            21 | 22 => Op::Fail {
+            20..=22 => Op::Fail {
                 slot,
                 kind: u8::arbitrary(g) % if bool::arbitrary(g) { 6 } else { 8 },
             },
-            23 => Op::ServerClose { slot },
-            24 => Op::Rotate {
+            23 | 24 => Op::Rotate {
                 slot,
-                grace_ms: u16::arbitrary(g) % 5_000,
+                grace_ms: u16::arbitrary(g) % 2_000,
             },
-            25..=29 => Op::Tick {
-                ms: u32::arbitrary(g) % 90_000,
+            25 => Op::ServerClose { slot },
+            26..=30 => Op::Tick {
+                ms: match u8::arbitrary(g) % 20 {
+                    0 => u32::arbitrary(g),
+                    1..=4 => u32::arbitrary(g) % 200_000,
+                    5..=11 => u32::arbitrary(g) % 600,
+                    _ => u32::arbitrary(g) % 10_000,
+                },
             },
             _ => Op::Close {
                 grace_ms: u16::arbitrary(g),
@@ -245,31 +260,92 @@ impl Arbitrary for Op {
 
 #[derive(Debug, Default)]
 struct SlotModel {
-    opening: Option<ConnGen>,
-    live: Option<ConnGen>,
+    opening: Option<ConnId<Raw>>,
+    live: Option<ConnId<Raw>>,
     received: u64,
     acked: u64,
-    old: Vec<ConnGen>,
+    old: Vec<ConnId<Raw>>,
+    /// What the most recent old connection had received and acked when it stopped being live.
+    old_received: u64,
+    old_acked: u64,
+}
+
+/// How often a run reached the states the properties are meant to explore.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Rotations the core started.
+    pub rotations: u64,
+    /// Tables evicted under the stream cap.
+    pub evictions: u64,
+    /// Acks the core applied on a connection after the service asked it to rotate (while it
+    /// drained, or after its half-close).
+    pub late_acks: u64,
+    /// Retry budgets spent.
+    pub budgets_spent: u64,
+    /// Tables failed fatally.
+    pub tables_failed: u64,
+    /// Forward acks (terminal for a connection's batches).
+    pub forward_acks: u64,
+    /// Submits refused because a window was full.
+    pub backpressured: u64,
+    /// Ack timeouts.
+    pub ack_timeouts: u64,
+    /// Inputs from another sink's connection, ignored.
+    pub foreign_inputs: u64,
+}
+
+impl Coverage {
+    /// The sum of two coverages.
+    #[must_use]
+    pub fn plus(self, o: Coverage) -> Coverage {
+        Coverage {
+            rotations: self.rotations + o.rotations,
+            evictions: self.evictions + o.evictions,
+            late_acks: self.late_acks + o.late_acks,
+            budgets_spent: self.budgets_spent + o.budgets_spent,
+            tables_failed: self.tables_failed + o.tables_failed,
+            forward_acks: self.forward_acks + o.forward_acks,
+            backpressured: self.backpressured + o.backpressured,
+            ack_timeouts: self.ack_timeouts + o.ack_timeouts,
+            foreign_inputs: self.foreign_inputs + o.foreign_inputs,
+        }
+    }
+}
+
+/// What a finished schedule did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Run {
+    /// How batches ended.
+    pub tally: Tally,
+    /// What it reached.
+    pub coverage: Coverage,
 }
 
 /// Applies [`Op`]s to a small core and checks the [`Oracle`] after every one: an
 /// order-agnostic table of 3 slots and a keyed table of 2, under a cap of 4 streams (so one
 /// table is evicted when the other needs its pool), with tight windows so that backpressure,
-/// timeouts and retry budgets are reached.
+/// timeouts and retry budgets are reached. A slot index one past the sink's reaches a
+/// connection of another sink, which the core must ignore.
 #[derive(Debug)]
 pub struct Harness {
     sink: SinkCore<Raw, SimBatch>,
     oracle: Oracle,
     tables: [TableId; 2],
     slots: Vec<SlotModel>,
+    /// A connection of another sink of the same lane.
+    foreign: Option<ConnId<Raw>>,
+    /// Connections the service asked to rotate.
+    rotating: Vec<ConnId<Raw>>,
     now: Time,
     next_id: u64,
     closing: bool,
+    late_acks: u64,
+    foreign_inputs: u64,
 }
 
 impl Default for Harness {
     fn default() -> Harness {
-        Harness::new(Harness::config())
+        Harness::new(Harness::config(), Checks::ALL)
     }
 }
 
@@ -289,18 +365,18 @@ impl Harness {
             ack_timeout: Duration::from_secs(60),
             open_timeout: Duration::from_secs(30),
             retry: RetryPolicy {
-                max_attempts: 3,
+                max_attempts: 2,
                 ..RetryPolicy::default()
             },
         }
     }
 
-    /// A harness over a core built with `config`.
+    /// A harness over a core built with `config`, its oracle checking `checks`.
     ///
     /// # Panics
     /// If `config` is invalid or below 3 streams (a bug in the caller's test).
     #[must_use]
-    pub fn new(config: SinkConfig) -> Harness {
+    pub fn new(config: SinkConfig, checks: Checks) -> Harness {
         let mut sink = SinkCore::new(config).expect("harness configuration is valid");
         let plain = sink
             .add_table(TableSpec::new("main.sim.plain").sizing(PoolSizing::fixed(3)))
@@ -312,31 +388,77 @@ impl Harness {
                     .keyed(),
             )
             .expect("table");
+        let mut oracle = Oracle::with_checks(config, checks);
+        oracle.register_table(plain, 3);
+        oracle.register_table(keyed, 2);
         let slots = sink.slot_ids().map(|_| SlotModel::default()).collect();
         Harness {
             sink,
-            oracle: Oracle::new(config),
+            oracle,
             tables: [plain, keyed],
             slots,
+            foreign: Harness::foreign_connection(config),
+            rotating: Vec::new(),
             now: Time::ZERO,
             next_id: 0,
             closing: false,
+            late_acks: 0,
+            foreign_inputs: 0,
         }
     }
 
-    /// Runs `ops` then [`finish`](Self::finish)es.
+    /// A connection opened by another sink, to feed to this one.
+    fn foreign_connection(config: SinkConfig) -> Option<ConnId<Raw>> {
+        let mut other = SinkCore::<Raw, SimBatch>::new(config).ok()?;
+        let table = other.add_table(TableSpec::new("main.sim.other")).ok()?;
+        other
+            .submit(
+                Time::ZERO,
+                table,
+                SimBatch::new(0, 1, 8),
+                Token::raw("x", 0, 0),
+            )
+            .ok()?;
+        match other.poll_output(Time::ZERO) {
+            Output::Open { conn, .. } => Some(conn),
+            _ => None,
+        }
+    }
+
+    /// Runs `ops` with every check, then [`finish`](Self::finish)es.
     pub fn run(ops: &[Op]) -> Result<Tally, Violation> {
-        let mut h = Harness::default();
+        Harness::run_checking(ops, Checks::ALL).map(|r| r.tally)
+    }
+
+    /// Runs `ops` with only `checks`, then finishes; says what the schedule reached.
+    pub fn run_checking(ops: &[Op], checks: Checks) -> Result<Run, Violation> {
+        let mut h = Harness::new(Harness::config(), checks);
         for op in ops {
             h.apply(op)?;
         }
         h.finish()
     }
 
-    fn slot(&self, slot: u8) -> SlotId {
-        // One past the sink's slots reaches an unknown slot now and then.
+    /// The slot a model index names: one past the sink's slots is `None` (another sink's).
+    fn slot(&self, slot: u8) -> Option<SlotId> {
         let n = u16::try_from(self.slots.len()).unwrap_or(u16::MAX);
-        SlotId::from_index(u16::from(slot) % (n + 1))
+        let i = u16::from(slot) % (n + 1);
+        (i < n).then(|| SlotId::from_index(i))
+    }
+
+    /// The connection `pick` chooses among the slot's, or another sink's.
+    fn conn(
+        &mut self,
+        slot: u8,
+        pick: fn(&SlotModel) -> Option<ConnId<Raw>>,
+    ) -> Option<ConnId<Raw>> {
+        match self.slot(slot) {
+            Some(s) => self.slots.get(s.index()).and_then(pick),
+            None => {
+                self.foreign_inputs += u64::from(self.foreign.is_some());
+                self.foreign
+            }
+        }
     }
 
     /// Applies one operation, drains the core and checks the oracle.
@@ -349,69 +471,69 @@ impl Harness {
                 u64::from(rows),
             )?,
             Op::Ready { slot } => {
-                let slot = self.slot(slot);
-                if let Some(conn) = self.model(slot).and_then(|m| m.opening) {
-                    self.input(Input::Ready { slot, conn });
+                if let Some(conn) = self.conn(slot, |m| m.opening) {
+                    self.input(Input::ready(conn));
                 }
             }
             Op::Ack { slot, rows } => {
-                let slot = self.slot(slot);
-                if let Some((conn, up_to)) = self
-                    .model(slot)
-                    .and_then(|m| Some((m.live?, (m.acked + u64::from(rows)).min(m.received))))
-                {
-                    self.ack(slot, conn, up_to);
+                let up = |m: &SlotModel| m.live;
+                if let Some(conn) = self.conn(slot, up) {
+                    let m = self.slots.get(conn.slot().index());
+                    let up_to = m.map_or(0, |m| (m.acked + u64::from(rows)).min(m.received));
+                    self.ack(conn, up_to);
                 }
             }
             Op::RawAck { slot, up_to } => {
-                let slot = self.slot(slot);
-                let conn = self
-                    .model(slot)
-                    .and_then(|m| m.live.or(m.opening))
-                    .unwrap_or(ConnGen::FIRST);
-                self.ack(slot, conn, u64::from(up_to));
+                if let Some(conn) =
+                    self.conn(slot, |m| m.live.or(m.opening).or(m.old.last().copied()))
+                {
+                    self.ack(conn, u64::from(up_to));
+                }
             }
             Op::StaleAck { slot, up_to } => {
-                let slot = self.slot(slot);
-                if let Some(&conn) = self.model(slot).and_then(|m| m.old.last()) {
-                    self.ack(slot, conn, u64::from(up_to));
+                // Even counts: a little more of what the old connection received (a late ack
+                // on a half-closed call, or a stale one); odd: any count at all.
+                // A slot without an old connection defers to the first that has one.
+                let old = |m: &SlotModel| m.old.last().copied();
+                let fallback = self.slots.iter().find_map(old);
+                if let Some(conn) = self.conn(slot, old).or(fallback) {
+                    let m = self.slots.get(conn.slot().index());
+                    let up_to = match (m, up_to % 2) {
+                        (Some(m), 0) => (m.old_acked + u64::from(up_to / 2)).min(m.old_received),
+                        _ => u64::from(up_to),
+                    };
+                    self.ack(conn, up_to);
                 }
             }
             Op::Fail { slot, kind } => {
-                let slot = self.slot(slot);
-                if let Some(conn) = self
-                    .model(slot)
-                    .and_then(|m| m.live.or(m.opening).or(m.old.last().copied()))
+                if let Some(conn) =
+                    self.conn(slot, |m| m.live.or(m.opening).or(m.old.last().copied()))
                 {
                     self.input(Input::Failed {
-                        slot,
                         conn,
                         error: Op::error(kind),
                     });
                 }
             }
             Op::ServerClose { slot } => {
-                let slot = self.slot(slot);
-                if let Some(conn) = self
-                    .model(slot)
-                    .and_then(|m| m.live.or(m.opening).or(m.old.last().copied()))
+                if let Some(conn) =
+                    self.conn(slot, |m| m.live.or(m.opening).or(m.old.last().copied()))
                 {
-                    self.input(Input::Closed { slot, conn });
+                    self.input(Input::Closed { conn });
                 }
             }
             Op::Rotate { slot, grace_ms } => {
-                let slot = self.slot(slot);
-                if let Some(conn) = self.model(slot).and_then(|m| m.live) {
-                    self.input(Input::Rotate {
-                        slot,
-                        conn,
-                        grace: Duration::from_millis(u64::from(grace_ms)),
-                    });
+                if let Some(conn) = self.conn(slot, |m| m.live) {
+                    self.oracle.rotation_requested(conn.slot());
+                    self.rotating.push(conn);
+                    let grace = Duration::from_millis(u64::from(grace_ms));
+                    self.input(Input::rotate(conn, grace));
                 }
             }
             Op::Tick { ms } => self.now = self.now + Duration::from_millis(u64::from(ms)),
             Op::Close { grace_ms } => {
                 self.closing = true;
+                self.oracle.closing();
                 self.sink.close(
                     self.now,
                     self.now + Duration::from_millis(u64::from(grace_ms)),
@@ -419,10 +541,6 @@ impl Harness {
             }
         }
         self.drain()
-    }
-
-    fn model(&self, slot: SlotId) -> Option<&SlotModel> {
-        self.slots.get(slot.index())
     }
 
     fn submit(
@@ -434,84 +552,53 @@ impl Harness {
         let id = self.next_id;
         self.next_id += 1;
         let table = route.table();
+        let slots: Vec<SlotId> = self.sink.table_slots(table).collect();
+        let slot = key.map(|k| slots[usize::from(k) % slots.len().max(1)]);
         let token = Token::raw("sim", 0, i64::try_from(id).unwrap_or(i64::MAX));
-        match self
-            .sink
-            .submit(self.now, route, SimBatch::new(id, rows, 8), token)
-        {
-            Ok(_) => self.oracle.admitted(id, rows, table),
-            Err(rejected) => {
-                let w = self.sink.config().window;
-                let held = match key {
-                    Some(key) => {
-                        let slots: Vec<SlotId> = self.sink.table_slots(table).collect();
-                        let slot = slots[usize::from(key) % slots.len()];
-                        (self.sink.in_flight(slot).unwrap_or_default(), 1)
-                    }
-                    None => (
-                        self.sink.queued(table).unwrap_or_default(),
-                        self.sink.table_slots(table).count() as u64,
-                    ),
-                };
-                let (h, n) = held;
-                let full = h.batches >= u64::from(w.max_batches) * n
-                    || h.bytes + rows * 8 > w.max_bytes * n
-                    || h.rows + rows > w.max_rows * n;
-                let expected = match rejected.reason {
-                    RejectReason::Empty => rows == 0,
-                    RejectReason::Closed => self.closing,
-                    RejectReason::TableFailed { .. } => self.sink.table_failed(table),
-                    RejectReason::TooLarge {
-                        bound: Bound::Rows, ..
-                    } => rows > w.max_rows,
-                    RejectReason::TooLarge { .. } => rows * 8 > w.max_bytes,
-                    RejectReason::Full { .. } => full,
-                    _ => false,
-                };
-                if expected {
-                    Ok(())
-                } else {
-                    Err(Violation {
-                        invariant: 1,
-                        message: format!("submit of {rows} rows refused: {}", rejected.reason),
-                    })
-                }
-            }
+        let batch = SimBatch::new(id, rows, 8);
+        let bytes = batch.bytes();
+        self.oracle.set_now(self.now);
+        match self.sink.submit(self.now, route, batch, token) {
+            Ok(_) => self.oracle.admitted(id, rows, bytes, table, slot),
+            Err(rejected) => self.oracle.refused(
+                &self.sink,
+                rows,
+                bytes,
+                table,
+                slot,
+                slots.len() as u64,
+                &rejected.reason,
+            ),
         }
     }
 
-    fn ack(&mut self, slot: SlotId, conn: ConnGen, up_to: u64) {
-        if self
-            .sink
-            .handle(
-                self.now,
-                Input::Acked {
-                    slot,
-                    conn,
-                    up_to_records: up_to,
-                },
-            )
-            .is_ok()
-        {
-            self.oracle.acked(slot, conn, up_to);
-            if let Some(m) = self
-                .slots
-                .get_mut(slot.index())
-                .filter(|m| m.live == Some(conn))
-            {
+    fn ack(&mut self, conn: ConnId<Raw>, up_to: u64) {
+        let handled = self.sink.handle(self.now, Input::acked(conn, up_to));
+        // Late: on a connection after the service asked it to rotate (draining or
+        // half-closed), and the core still applied it.
+        if handled == Handled::Applied && self.rotating.contains(&conn) {
+            self.late_acks += 1;
+        }
+        // The oracle decides for itself whether the ack counts (live or half-closed, within
+        // what was sent); it does not take the core's word for it.
+        self.oracle.acked(conn, up_to);
+        if let Some(m) = self.slots.get_mut(conn.slot().index()) {
+            if m.live == Some(conn) {
                 m.acked = m.acked.max(up_to.min(m.received));
+            } else if m.old.last() == Some(&conn) {
+                m.old_acked = m.old_acked.max(up_to.min(m.old_received));
             }
         }
     }
 
-    fn input(&mut self, input: Input) {
-        let (slot, conn) = input.target();
-        let ready = matches!(input, Input::Ready { .. });
-        if self.sink.handle(self.now, input).is_ok()
+    fn input(&mut self, input: Input<Raw>) {
+        let conn = input.conn();
+        let ready = input == Input::ready(conn);
+        if self.sink.handle(self.now, input) == Handled::Applied
             && ready
             && let Some(m) = self
                 .slots
-                .get_mut(slot.index())
+                .get_mut(conn.slot().index())
                 .filter(|m| m.opening == Some(conn))
         {
             m.opening = None;
@@ -525,20 +612,27 @@ impl Harness {
         self.oracle.set_now(self.now);
         loop {
             let out = self.sink.poll_output(self.now);
+            let timeout = matches!(out, Output::Timeout(_));
             match &out {
-                Output::Timeout(_) => break,
-                Output::Open { slot, conn, .. } => {
-                    if let Some(m) = self.slots.get_mut(slot.index()) {
+                Output::Open { conn, .. } => {
+                    if let Some(m) = self.slots.get_mut(conn.slot().index()) {
                         m.opening = Some(*conn);
                     }
                 }
                 Output::Send(t) => {
-                    if let Some(m) = self.slots.get_mut(t.slot.index()) {
+                    if let Some(m) = self.slots.get_mut(t.slot().index()) {
                         m.received += t.rows;
                     }
                 }
-                Output::Close { slot, conn, .. } => {
-                    if let Some(m) = self.slots.get_mut(slot.index()) {
+                Output::Close { conn, .. } => {
+                    if let Some(m) = self.slots.get_mut(conn.slot().index())
+                        && (m.live == Some(*conn) || m.opening == Some(*conn))
+                    {
+                        if m.live == Some(*conn) {
+                            (m.old_received, m.old_acked) = (m.received, m.acked);
+                        } else {
+                            (m.old_received, m.old_acked) = (0, 0);
+                        }
                         m.opening = None;
                         m.live = None;
                         m.old.push(*conn);
@@ -547,15 +641,46 @@ impl Harness {
                 _ => {}
             }
             self.oracle.output(out)?;
+            if timeout {
+                break;
+            }
         }
         self.oracle.check(&self.sink)
     }
 
+    /// Batches admitted and not yet ended, by the oracle's count.
+    #[must_use]
+    pub fn pending(&self) -> u64 {
+        let t = self.oracle.tally();
+        t.admitted - t.confirmed - t.failed
+    }
+
+    /// What the run reached so far.
+    #[must_use]
+    pub fn coverage(&self) -> Coverage {
+        let m = self.sink.metrics();
+        Coverage {
+            rotations: m.rotations,
+            evictions: m.evictions,
+            late_acks: self.late_acks,
+            budgets_spent: m.retry_budgets_spent,
+            tables_failed: m.tables_failed,
+            forward_acks: m.protocol_errors,
+            backpressured: m.backpressured,
+            ack_timeouts: m.ack_timeouts,
+            foreign_inputs: self.foreign_inputs,
+        }
+    }
+
     /// Closes the sink (if the schedule did not), lets the close deadline pass and checks that
     /// every admitted batch ended exactly once (invariant 5).
-    pub fn finish(mut self) -> Result<Tally, Violation> {
+    pub fn finish(mut self) -> Result<Run, Violation> {
         self.apply(&Op::Close { grace_ms: 1_000 })?;
         self.apply(&Op::Tick { ms: 120_000 })?;
-        self.oracle.finish(&self.sink)
+        let tally = self.oracle.finish(&self.sink)?;
+        Ok(Run {
+            tally,
+            coverage: self.coverage(),
+        })
     }
 }

@@ -3,10 +3,14 @@
 //! its bytes with `Op::decode_all` and paste the operations here.
 
 use quickcheck::{Arbitrary, Gen};
-use zerobus_sink_testkit::{Harness, Op, Tally};
+use zerobus_sink_testkit::{Checks, Harness, Op, Run, Tally};
 
 fn replay(name: &str, ops: &[Op]) -> Tally {
     Harness::run(ops).unwrap_or_else(|v| panic!("{name}: {v}\nops: {ops:?}"))
+}
+
+fn replay_run(name: &str, ops: &[Op]) -> Run {
+    Harness::run_checking(ops, Checks::ALL).unwrap_or_else(|v| panic!("{name}: {v}\nops: {ops:?}"))
 }
 
 #[test]
@@ -35,8 +39,13 @@ fn forward_ack_after_partial_ack_hands_back_the_suffix() {
             up_to: u32::MAX,
         },
     ];
-    let tally = replay("forward-after-partial", &ops);
-    assert_eq!((tally.admitted, tally.confirmed, tally.failed), (1, 0, 1));
+    let run = replay_run("forward-after-partial", &ops);
+    assert_eq!(
+        (run.tally.admitted, run.tally.confirmed, run.tally.failed),
+        (1, 0, 1)
+    );
+    // What the name claims: the forward ack was seen as one (terminal), the batch handed back.
+    assert_eq!(run.coverage.forward_acks, 1);
 }
 
 #[test]
@@ -50,8 +59,20 @@ fn stale_ack_after_reconnect_is_ignored_and_the_replay_confirms() {
         Op::StaleAck { slot: 0, up_to: 5 },
         Op::Ack { slot: 0, rows: 5 },
     ];
-    let tally = replay("stale-after-reconnect", &ops);
-    assert_eq!((tally.admitted, tally.confirmed, tally.failed), (1, 1, 0));
+    let mut h = Harness::default();
+    for op in &ops[..6] {
+        h.apply(op).unwrap();
+    }
+    // The stale ack (5 rows, all the batch) confirmed nothing: the batch is still pending.
+    let pending = h.pending();
+    h.apply(&ops[6]).unwrap();
+    let run = h.finish().unwrap();
+    assert_eq!(pending, 1, "the stale ack must not confirm");
+    assert_eq!(
+        (run.tally.admitted, run.tally.confirmed, run.tally.failed),
+        (1, 1, 0),
+        "the replay's own ack confirms"
+    );
 }
 
 #[test]
@@ -83,6 +104,46 @@ fn two_tables_under_the_cap_take_turns_instead_of_evicting_each_other() {
         Op::SubmitKeyed { key: 0, rows: 2 },
         Op::Ready { slot: 255 },
     ];
-    let tally = replay("eviction-ping-pong", &ops);
-    assert_eq!(tally.admitted, 2);
+    let run = replay_run("eviction-ping-pong", &ops);
+    assert_eq!(run.tally.admitted, 2);
+    // Taking turns means no eviction before anything was written: slot READY events never
+    // came, so the residency never started and nobody was evicted.
+    assert_eq!(run.coverage.evictions, 0);
+}
+
+#[test]
+fn fuzz_a_rotation_half_close_then_a_late_ack_after_the_core_forgot_the_call() {
+    // `cargo fuzz run ack_window`, about 700,000 executions (issue 18): a rotation with a
+    // grace below 500 ms half-closes at once; a day later the drain window is long over and
+    // the core had dropped the call without a `Close`, so the oracle still counted a late ack
+    // on it as durable while the core (rightly) ignored it. The core now ends every call it
+    // stops listening to with a `Close { graceful: false }`.
+    let bytes = [
+        11, 24, 11, 11, 11, 11, 11, 22, 1, 2, 66, 2, 2, 52, 170, 182, 0, 130, 0, 0, 0, 2, 170, 68,
+        68, 0,
+    ];
+    let ops = Op::decode_all(&bytes);
+    assert_eq!(
+        ops,
+        [
+            Op::Submit { rows: 24 },
+            Op::Submit { rows: 11 },
+            Op::Submit { rows: 11 },
+            Op::Submit { rows: 22 },
+            Op::SubmitKeyed { key: 2, rows: 66 },
+            Op::Ready { slot: 2 },
+            Op::Rotate {
+                slot: 170,
+                grace_ms: 182
+            },
+            Op::Tick { ms: 33_554_432 },
+            Op::StaleAck {
+                slot: 68,
+                up_to: 68
+            },
+        ]
+    );
+    let run = replay_run("rotation-forgotten-call", &ops);
+    assert_eq!(run.coverage.rotations, 1);
+    assert_eq!(run.tally.admitted, run.tally.confirmed + run.tally.failed);
 }

@@ -1,8 +1,16 @@
 //! quickcheck properties over random operation schedules. The operations are
 //! [`zerobus_sink_testkit::Op`], the same enum the fuzz target decodes its input into.
+//!
+//! Each property is its own check: the oracle runs with only the checks of the invariant the
+//! property names ([`Checks::only`]), so a property fails for its own invariant and no other.
+//! And each asserts that its schedules reached what it is meant to explore (rotations,
+//! evictions, late acks, spent retry budgets, fatal errors, ...), with a floor per kind: a
+//! property whose generator never reaches a state proves nothing about it.
+
+use std::cell::Cell;
 
 use quickcheck::{QuickCheck, TestResult};
-use zerobus_sink_testkit::{Harness, Op, Violation};
+use zerobus_sink_testkit::{Checks, Coverage, Harness, Op};
 
 fn tests() -> u64 {
     std::env::var("QUICKCHECK_TESTS")
@@ -11,71 +19,104 @@ fn tests() -> u64 {
         .unwrap_or(2_000)
 }
 
-/// Runs the schedule; a violation of `invariant` fails the property, any other violation too
-/// (each property names the one it is about, the oracle checks them all).
-fn holds(
-    ops: &[Op],
-    invariant: u8,
-    extra: impl Fn(&zerobus_sink_testkit::Tally) -> bool,
-) -> TestResult {
-    match Harness::run(ops) {
-        Ok(tally) => TestResult::from_bool(extra(&tally)),
-        Err(Violation {
-            invariant: broken,
-            message,
-        }) => TestResult::error(format!(
-            "invariant {broken} (property about {invariant}): {message}"
-        )),
+thread_local! {
+    /// What the schedules of the property running on this thread reached.
+    static REACHED: Cell<Coverage> = Cell::new(Coverage::default());
+    static INVARIANT: Cell<u8> = const { Cell::new(0) };
+}
+
+/// One schedule under the current property's invariant alone.
+fn holds(ops: Vec<Op>) -> TestResult {
+    let invariant = INVARIANT.get();
+    match Harness::run_checking(&ops, Checks::only(invariant)) {
+        Ok(run) => {
+            REACHED.set(REACHED.get().plus(run.coverage));
+            TestResult::passed()
+        }
+        Err(v) => TestResult::error(format!("{v}")),
     }
 }
 
-fn check(prop: fn(Vec<Op>) -> TestResult) {
+/// A state a property must reach: its name, how to count it, and the floor per 1,000 schedules.
+type Floor = (&'static str, fn(&Coverage) -> u64, u64);
+
+/// Checks `invariant` over random schedules, then that the schedules reached each state in
+/// `floors` at least the given number of times per 1,000 schedules.
+fn property(invariant: u8, floors: &[Floor]) {
+    INVARIANT.set(invariant);
+    REACHED.set(Coverage::default());
     QuickCheck::new()
         .rng(quickcheck::Gen::new(200))
         .tests(tests())
         .max_tests(tests() * 10)
-        .quickcheck(prop);
+        .quickcheck(holds as fn(Vec<Op>) -> TestResult);
+    let reached = REACHED.get();
+    println!(
+        "invariant {invariant}: {} schedules reached {reached:?}",
+        tests()
+    );
+    for (what, count, per_thousand) in floors {
+        let floor = per_thousand * tests() / 1_000;
+        assert!(
+            count(&reached) >= floor,
+            "invariant {invariant}: only {} {what} in {} schedules (floor {floor})",
+            count(&reached),
+            tests()
+        );
+    }
+}
+
+const ROTATIONS: Floor = ("rotations", |c| c.rotations, 20);
+const EVICTIONS: Floor = ("evictions", |c| c.evictions, 20);
+const LATE_ACKS: Floor = ("late acks", |c| c.late_acks, 3);
+const BUDGETS: Floor = ("spent retry budgets", |c| c.budgets_spent, 20);
+const FATAL: Floor = ("failed tables", |c| c.tables_failed, 20);
+const FORWARD: Floor = ("forward acks", |c| c.forward_acks, 20);
+const FULL: Floor = ("full windows", |c| c.backpressured, 20);
+const TIMEOUTS: Floor = ("ack timeouts", |c| c.ack_timeouts, 5);
+const FOREIGN: Floor = ("inputs from another sink", |c| c.foreign_inputs, 50);
+
+#[test]
+fn prop_refused_submits_meet_a_bound_from_the_oracles_own_books() {
+    property(1, &[FULL, FATAL]);
 }
 
 #[test]
 fn prop_confirm_only_after_a_covering_ack() {
-    check(|ops| holds(&ops, 2, |_| true));
+    property(2, &[ROTATIONS, LATE_ACKS, FORWARD, BUDGETS]);
 }
 
 #[test]
 fn prop_one_ack_confirms_every_covered_item_in_order() {
-    check(|ops| holds(&ops, 3, |t| t.bursts <= t.confirmed));
+    property(3, &[ROTATIONS, LATE_ACKS, EVICTIONS]);
 }
 
 #[test]
-fn prop_delivered_is_monotonic_and_never_above_submitted() {
-    check(|ops| holds(&ops, 2, |t| t.confirmed <= t.admitted));
-}
-
-#[test]
-fn prop_each_token_is_confirmed_at_most_once() {
-    check(|ops| holds(&ops, 9, |t| t.confirmed + t.failed <= t.admitted));
+fn prop_stale_and_foreign_connections_never_touch_the_live_one() {
+    property(4, &[FOREIGN, ROTATIONS, BUDGETS]);
 }
 
 #[test]
 fn prop_nothing_is_lost() {
-    check(|ops| holds(&ops, 5, |t| t.admitted == t.confirmed + t.failed));
+    property(5, &[FATAL, BUDGETS, FORWARD, TIMEOUTS, EVICTIONS]);
 }
 
 #[test]
-fn schedules_reach_the_interesting_states() {
-    // A property whose schedules never confirm or never fail would prove little: check that the
-    // generator reaches both outcomes.
-    let mut g = quickcheck::Gen::new(100);
-    let (mut confirmed, mut failed) = (0, 0);
-    for _ in 0..200 {
-        let ops: Vec<Op> = quickcheck::Arbitrary::arbitrary(&mut g);
-        let tally = Harness::run(&ops).unwrap_or_else(|v| panic!("{v}"));
-        confirmed += tally.confirmed;
-        failed += tally.failed;
-    }
-    assert!(
-        confirmed > 0 && failed > 0,
-        "confirmed {confirmed}, failed {failed}"
-    );
+fn prop_streams_stay_within_the_cap_and_the_backoff() {
+    property(7, &[EVICTIONS, BUDGETS, ROTATIONS]);
+}
+
+#[test]
+fn prop_windows_stay_within_their_bounds() {
+    property(8, &[FULL, EVICTIONS]);
+}
+
+#[test]
+fn prop_each_token_is_confirmed_at_most_once() {
+    property(9, &[ROTATIONS, BUDGETS, FORWARD]);
+}
+
+#[test]
+fn prop_a_deadline_whenever_work_is_pending() {
+    property(11, &[EVICTIONS, TIMEOUTS, BUDGETS]);
 }

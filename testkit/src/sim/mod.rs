@@ -12,186 +12,64 @@
 //! timeout), acks more than was sent (forward ack), refuses the credentials (auth rejection).
 //! Acks of dropped connections still arrive (stale; they must be ignored). Several tables share
 //! a global stream cap, so the least recently used one is evicted and reopened.
+//!
+//! Faults last until [`SimConfig::faults_until`] of the batches are confirmed; then
+//! the service behaves and the oracle checks liveness against [`SimConfig::liveness_bound`].
+
+mod config;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
 use zerobus_sink::{
-    Code, ConnGen, Input, Metrics, Output, PoolSizing, Raw, RejectReason, SinkConfig, SinkCore,
-    SlotId, StreamError, TableId, TableSpec, Time, Token,
+    Batch, Code, ConnId, Input, Metrics, Output, PoolSizing, Raw, RejectReason, SinkCore, SlotId,
+    StreamError, TableId, TableSpec, Time, Token,
 };
 
 use crate::batch::SimBatch;
 use crate::oracle::{Oracle, Tally, Violation};
 use crate::rng::Rng;
 
-/// A log-normal latency given by two quantiles.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Latency {
-    /// Median.
-    pub p50: Duration,
-    /// 95th percentile.
-    pub p95: Duration,
+pub use config::{Faults, Latency, SimConfig, SimTable};
+
+/// How many faults of each kind the service model injected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Acks of only part of what was durable.
+    pub partial_acks: u64,
+    /// Live streams broken with `UNAVAILABLE`.
+    pub poisons: u64,
+    /// Acks above what was sent.
+    pub forward_acks: u64,
+    /// Rotation requests.
+    pub rotations: u64,
+    /// Opens refused with `UNAVAILABLE`.
+    pub open_failures: u64,
+    /// Opens refused with `UNAUTHENTICATED`.
+    pub auth_rejections: u64,
+    /// Opens refused beyond the per-table stream limit.
+    pub concurrency_rejects: u64,
+    /// Streams that never acked.
+    pub stalls: u64,
+    /// Syncs ten times slower than drawn.
+    pub slow_syncs: u64,
 }
 
-impl Latency {
-    /// The service's documented time to durability: P50 200 ms, P95 500 ms.
-    pub const DOCUMENTED: Latency = Latency {
-        p50: Duration::from_millis(200),
-        p95: Duration::from_millis(500),
-    };
-
-    fn draw(&self, rng: &mut Rng) -> Duration {
-        let mu = self.p50.as_secs_f64().max(1e-6).ln();
-        let sigma = ((self.p95.as_secs_f64().max(1e-6)).ln() - mu).max(0.0) / 1.644_853_6;
-        Duration::from_secs_f64((mu + sigma * rng.normal()).exp().min(3_600.0))
-    }
-}
-
-/// Fault probabilities: per server ack unless said otherwise.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Faults {
-    /// The server acks only part of what is durable (a partial ack), the rest shortly after.
-    pub partial_ack: f64,
-    /// The live stream breaks with `UNAVAILABLE` instead of acking (poison).
-    pub poison: f64,
-    /// The server acks more rows than were sent (a protocol violation; terminal).
-    pub forward_ack: f64,
-    /// The server asks the stream to rotate.
-    pub rotation: f64,
-    /// Per open: the open fails with `UNAVAILABLE` (transient).
-    pub open_failure: f64,
-    /// Per open: the credentials are refused (`UNAUTHENTICATED`).
-    pub auth_rejection: f64,
-    /// Per open: the stream never acks anything (the ack timeout must catch it).
-    pub stall: f64,
-    /// Per sync: the sync takes ten times its drawn latency.
-    pub slow_sync: f64,
-    /// Streams the service allows per table; opens beyond it get `RESOURCE_EXHAUSTED`.
-    pub streams_per_table: Option<u16>,
-}
-
-/// One table of the simulated workload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimTable {
-    /// Its pool size.
-    pub slots: u16,
-    /// Whether batches are routed by an ordering key (drawn from 8 keys).
-    pub keyed: bool,
-}
-
-/// One simulation's parameters. Everything random derives from `seed`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SimConfig {
-    /// The seed.
-    pub seed: u64,
-    /// Batches the source produces.
-    pub batches: u64,
-    /// Rows per batch, drawn uniformly from this inclusive range.
-    pub rows: (u64, u64),
-    /// Bytes per row.
-    pub bytes_per_row: u64,
-    /// Time between batches when the sink has room (zero: as fast as admitted).
-    pub source_interval: Duration,
-    /// The core's configuration.
-    pub sink: SinkConfig,
-    /// The tables; each batch goes to one drawn uniformly.
-    pub tables: Vec<SimTable>,
-    /// Time from a message's arrival to its durability.
-    pub ack_latency: Latency,
-    /// Time from an open to READY.
-    pub open_latency: Duration,
-    /// The server's write-ahead-log group-commit interval.
-    pub wal_sync: Duration,
-    /// Per-stream bandwidth in bytes per second.
-    pub stream_bandwidth: u64,
-    /// Fault probabilities.
-    pub faults: Faults,
-    /// The anti-pattern: the source waits for each batch's confirmation before the next.
-    pub inline_wait: bool,
-    /// A run that takes more steps than this fails (a livelock guard).
-    pub max_steps: u64,
-}
-
-impl SimConfig {
-    /// The named profiles the tests and the reproduction command use: `steady` (one table, no
-    /// faults), `faults` (three tables under a cap that forces eviction, every fault kind),
-    /// `inline` (the inline-wait anti-pattern on the steady workload).
+impl FaultCounts {
+    /// The sum of two counts.
     #[must_use]
-    pub fn profile(name: &str, seed: u64) -> Option<SimConfig> {
-        let steady = SimConfig {
-            seed,
-            batches: 400,
-            rows: (1, 500),
-            bytes_per_row: 200,
-            source_interval: Duration::ZERO,
-            sink: SinkConfig {
-                window: zerobus_sink::WindowLimits {
-                    max_batches: 64,
-                    max_bytes: 16 << 20,
-                    max_rows: 20_000,
-                },
-                retry: zerobus_sink::RetryPolicy {
-                    jitter_seed: seed,
-                    ..zerobus_sink::RetryPolicy::default()
-                },
-                ..SinkConfig::default()
-            },
-            tables: vec![SimTable {
-                slots: 2,
-                keyed: false,
-            }],
-            ack_latency: Latency::DOCUMENTED,
-            open_latency: Duration::from_millis(50),
-            wal_sync: Duration::from_millis(20),
-            stream_bandwidth: 100_000_000,
-            faults: Faults {
-                partial_ack: 0.2,
-                ..Faults::default()
-            },
-            inline_wait: false,
-            max_steps: 2_000_000,
-        };
-        match name {
-            "steady" => Some(steady),
-            "faults" => Some(SimConfig {
-                sink: SinkConfig {
-                    max_open_streams: 5,
-                    ..steady.sink
-                },
-                tables: vec![
-                    SimTable {
-                        slots: 2,
-                        keyed: false,
-                    },
-                    SimTable {
-                        slots: 3,
-                        keyed: false,
-                    },
-                    SimTable {
-                        slots: 2,
-                        keyed: true,
-                    },
-                ],
-                faults: Faults {
-                    partial_ack: 0.3,
-                    poison: 0.01,
-                    forward_ack: 0.002,
-                    rotation: 0.01,
-                    open_failure: 0.05,
-                    auth_rejection: 0.02,
-                    stall: 0.02,
-                    slow_sync: 0.02,
-                    streams_per_table: Some(2),
-                },
-                ..steady
-            }),
-            "inline" => Some(SimConfig {
-                inline_wait: true,
-                ..steady
-            }),
-            _ => None,
+    pub fn plus(self, o: FaultCounts) -> FaultCounts {
+        FaultCounts {
+            partial_acks: self.partial_acks + o.partial_acks,
+            poisons: self.poisons + o.poisons,
+            forward_acks: self.forward_acks + o.forward_acks,
+            rotations: self.rotations + o.rotations,
+            open_failures: self.open_failures + o.open_failures,
+            auth_rejections: self.auth_rejections + o.auth_rejections,
+            concurrency_rejects: self.concurrency_rejects + o.concurrency_rejects,
+            stalls: self.stalls + o.stalls,
+            slow_syncs: self.slow_syncs + o.slow_syncs,
         }
     }
 }
@@ -211,6 +89,8 @@ pub struct SimReport {
     pub rows_delivered: u64,
     /// The core's metrics at the end.
     pub metrics: Metrics,
+    /// The faults the service model injected.
+    pub faults: FaultCounts,
 }
 
 impl SimReport {
@@ -252,17 +132,14 @@ enum Event {
     /// The open's answer: READY, or a refusal.
     Opened {
         table: TableId,
-        slot: SlotId,
-        conn: ConnGen,
+        conn: ConnId<Raw>,
     },
     AckCheck {
-        slot: SlotId,
-        conn: ConnGen,
+        conn: ConnId<Raw>,
     },
-    /// After our half-close of a rotating stream, the server ends the call.
+    /// After our half-close, the server ends the call.
     ServerEnd {
-        slot: SlotId,
-        conn: ConnGen,
+        conn: ConnId<Raw>,
     },
     Wake,
 }
@@ -281,6 +158,8 @@ struct ServerConn {
     acked: u64,
     stalled: bool,
     open: bool,
+    /// The client closed or cancelled the call: it never counts as open again.
+    gone: bool,
 }
 
 struct Sim<'a> {
@@ -293,13 +172,15 @@ struct Sim<'a> {
     sink: SinkCore<Raw, SimBatch>,
     tables: Vec<TableId>,
     oracle: Oracle,
-    servers: BTreeMap<ConnGen, ServerConn>,
+    servers: BTreeMap<ConnId<Raw>, ServerConn>,
     next_id: u64,
     produced: u64,
     retry: VecDeque<(TableId, SimBatch)>,
     blocked: Option<(TableId, SimBatch)>,
     waiting_for: Option<u64>,
     closing: bool,
+    faulty: bool,
+    injected: FaultCounts,
     step: u64,
 }
 
@@ -311,28 +192,24 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         step,
         violation,
     };
-    let mut sink = SinkCore::new(config.sink).map_err(|e| {
+    let setup = |message: String| {
         fail(
             0,
             Violation {
                 invariant: 10,
-                message: e.to_string(),
+                message,
             },
         )
-    })?;
+    };
+    let mut sink = SinkCore::new(config.sink).map_err(|e| setup(e.to_string()))?;
+    let mut oracle = Oracle::new(config.sink);
     let mut tables = Vec::new();
     for (i, t) in config.tables.iter().enumerate() {
         let spec = TableSpec::new(format!("main.sim.t{i}")).sizing(PoolSizing::fixed(t.slots));
         let spec = if t.keyed { spec.keyed() } else { spec };
-        tables.push(sink.add_table(spec).map_err(|e| {
-            fail(
-                0,
-                Violation {
-                    invariant: 10,
-                    message: e.to_string(),
-                },
-            )
-        })?);
+        let id = sink.add_table(spec).map_err(|e| setup(e.to_string()))?;
+        oracle.register_table(id, u64::from(t.slots));
+        tables.push(id);
     }
     let mut sim = Sim {
         config,
@@ -343,7 +220,7 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         next_wake: None,
         sink,
         tables,
-        oracle: Oracle::new(config.sink),
+        oracle,
         servers: BTreeMap::new(),
         next_id: 0,
         produced: 0,
@@ -351,6 +228,8 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         blocked: None,
         waiting_for: None,
         closing: false,
+        faulty: true,
+        injected: FaultCounts::default(),
         step: 0,
     };
     sim.schedule(Time::ZERO, Event::Source);
@@ -363,6 +242,7 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         elapsed: sim.now - Time::ZERO,
         rows_delivered: sim.sink.watermarks().rows_delivered,
         metrics: sim.sink.metrics().clone(),
+        faults: sim.injected,
     })
 }
 
@@ -372,13 +252,34 @@ impl Sim<'_> {
         self.events.insert((at, self.seq), event);
     }
 
+    /// Faults last until [`SimConfig::faults_until`] of the batches are confirmed.
+    fn stop_faults_when_due(&mut self) {
+        let due = self.config.batches as f64 * self.config.faults_until;
+        if self.faulty && self.oracle.tally().confirmed as f64 >= due {
+            self.faulty = false;
+            self.oracle.faults_stopped(self.config.liveness_bound());
+        }
+    }
+
+    /// A fault with probability `p`, while faults last.
+    fn fault(&mut self, p: f64) -> bool {
+        self.faulty && self.rng.chance(p)
+    }
+
     fn run(&mut self) -> Result<(), Violation> {
         while let Some(((at, _), event)) = self.events.pop_first() {
             self.step += 1;
             if self.step > self.config.max_steps {
                 return Err(Violation {
-                    invariant: 1,
-                    message: format!("no end after {} steps (livelock?)", self.step),
+                    invariant: 11,
+                    message: format!(
+                        "no end after {} steps at {} (livelock?): {:?}, {} produced, {} waiting for resubmission",
+                        self.step,
+                        self.now,
+                        self.oracle.tally(),
+                        self.produced,
+                        self.retry.len()
+                    ),
                 });
             }
             self.now = self.now.max(at);
@@ -389,7 +290,7 @@ impl Sim<'_> {
             }
         }
         Err(Violation {
-            invariant: 5,
+            invariant: 11,
             message: "the simulation ran out of events before the sink closed".into(),
         })
     }
@@ -397,11 +298,11 @@ impl Sim<'_> {
     fn event(&mut self, event: Event) -> Result<(), Violation> {
         match event {
             Event::Source => return self.produce(),
-            Event::Opened { table, slot, conn } => self.answer_open(table, slot, conn),
-            Event::AckCheck { slot, conn } => self.server_ack(slot, conn),
-            Event::ServerEnd { slot, conn } => {
-                self.server_ack(slot, conn);
-                let _ = self.sink.handle(self.now, Input::Closed { slot, conn });
+            Event::Opened { table, conn } => self.answer_open(table, conn),
+            Event::AckCheck { conn } => self.server_ack(conn),
+            Event::ServerEnd { conn } => {
+                self.server_ack(conn);
+                let _ = self.sink.handle(self.now, Input::Closed { conn });
             }
             Event::Wake => self.next_wake = None,
         }
@@ -409,38 +310,42 @@ impl Sim<'_> {
     }
 
     /// The server answers an open: refusals first, then READY.
-    fn answer_open(&mut self, table: TableId, slot: SlotId, conn: ConnGen) {
+    fn answer_open(&mut self, table: TableId, conn: ConnId<Raw>) {
+        if self.servers.get(&conn).is_none_or(|s| s.gone) {
+            return; // the client cancelled the call before the answer
+        }
         let f = self.config.faults;
         let open_for_table = self
             .servers
             .values()
             .filter(|s| s.open && s.table == Some(table))
             .count();
-        let status = |code| StreamError::Status {
-            code,
-            message: format!("{code:?} (simulated)"),
-        };
+        let status = |code| StreamError::status(code, format!("{code:?} (simulated)"));
         let error = if f
             .streams_per_table
             .is_some_and(|limit| open_for_table >= usize::from(limit))
         {
+            self.injected.concurrency_rejects += 1;
             Some(status(Code::ResourceExhausted))
-        } else if self.rng.chance(f.auth_rejection) {
+        } else if self.fault(f.auth_rejection) {
+            self.injected.auth_rejections += 1;
             Some(status(Code::Unauthenticated))
-        } else if self.rng.chance(f.open_failure) {
+        } else if self.fault(f.open_failure) {
+            self.injected.open_failures += 1;
             Some(status(Code::Unavailable))
         } else {
             None
         };
-        let stalled = self.rng.chance(f.stall);
+        let stalled = self.fault(f.stall);
         let input = match error {
-            Some(error) => Input::Failed { slot, conn, error },
+            Some(error) => Input::Failed { conn, error },
             None => {
                 if let Some(server) = self.servers.get_mut(&conn) {
                     server.open = true;
                     server.stalled = stalled;
+                    self.injected.stalls += u64::from(stalled);
                 }
-                Input::Ready { slot, conn }
+                Input::ready(conn)
             }
         };
         let _ = self.sink.handle(self.now, input);
@@ -467,6 +372,7 @@ impl Sim<'_> {
             }
             None => {
                 self.closing = true;
+                self.oracle.closing();
                 self.sink
                     .close(self.now, self.now + Duration::from_secs(600));
                 return Ok(());
@@ -485,15 +391,19 @@ impl Sim<'_> {
             .tables
             .get(table.index())
             .is_some_and(|t| t.keyed);
-        let route = if keyed {
-            table.key(self.rng.range(0, 7))
-        } else {
-            table.into()
+        let slots: Vec<SlotId> = self.sink.table_slots(table).collect();
+        let key = keyed.then(|| self.rng.range(0, 7));
+        let slot = key.map(|k| slots[usize::try_from(k).unwrap_or(0) % slots.len().max(1)]);
+        let route = match key {
+            Some(k) => table.key(k),
+            None => table.into(),
         };
+        self.oracle.set_now(self.now);
         match self.sink.submit(self.now, route, fresh, token) {
             Ok(_) => {
                 self.next_id += 1;
-                self.oracle.admitted(id, fresh.rows, table)?;
+                self.oracle
+                    .admitted(id, fresh.rows, fresh.bytes(), table, slot)?;
                 if self.config.inline_wait {
                     self.waiting_for = Some(id);
                 } else {
@@ -501,20 +411,35 @@ impl Sim<'_> {
                 }
                 Ok(())
             }
-            Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
-                self.blocked = Some((table, batch));
+            Err(rejected) => {
+                // Every refusal is checked against the oracle's own books first.
+                let n = slots.len() as u64;
+                self.oracle.refused(
+                    &self.sink,
+                    fresh.rows,
+                    fresh.bytes(),
+                    table,
+                    slot,
+                    n,
+                    &rejected.reason,
+                )?;
+                match rejected.reason {
+                    RejectReason::Full { .. } => self.blocked = Some((table, batch)),
+                    // The table failed fatally: the pipeline stops writing to it (not admitted,
+                    // so not lost); carry on with the others.
+                    RejectReason::TableFailed { .. } => self.schedule(self.now, Event::Source),
+                    _ => {
+                        return Err(Violation {
+                            invariant: 1,
+                            message: format!(
+                                "submit of {} rows refused: {}",
+                                batch.rows, rejected.reason
+                            ),
+                        });
+                    }
+                }
                 Ok(())
             }
-            Err(rejected) if matches!(rejected.reason, RejectReason::TableFailed { .. }) => {
-                // The table failed fatally: the pipeline stops writing to it (not admitted, so
-                // not lost); carry on with the others.
-                self.schedule(self.now, Event::Source);
-                Ok(())
-            }
-            Err(rejected) => Err(Violation {
-                invariant: 1,
-                message: format!("submit of {} rows refused: {}", batch.rows, rejected.reason),
-            }),
         }
     }
 
@@ -530,78 +455,80 @@ impl Sim<'_> {
         Ok(())
     }
 
-    fn server_ack(&mut self, slot: SlotId, conn: ConnGen) {
+    fn server_ack(&mut self, conn: ConnId<Raw>) {
         let faults = self.config.faults;
         let now = self.now;
-        let Some(server) = self.servers.get_mut(&conn) else {
+        let Some(server) = self.servers.get(&conn) else {
             return;
         };
         if server.stalled {
             return;
         }
-        while server.wal.len() > 1 && server.wal[1].0 <= now {
-            server.wal.pop_front();
+        let (acked, received, live) = (server.acked, server.received, server.open);
+        let mut wal = server.wal.clone();
+        while wal.len() > 1 && wal[1].0 <= now {
+            wal.pop_front();
         }
-        let durable = match server.wal.front() {
+        let durable = match wal.front() {
             Some(&(at, rows)) if at <= now => rows,
             _ => return,
         };
-        if durable <= server.acked {
+        if durable <= acked {
             return;
         }
         let mut up_to = durable;
         let mut again = false;
-        if durable - server.acked > 1 && self.rng.chance(faults.partial_ack) {
-            up_to = self.rng.range(server.acked + 1, durable - 1);
+        if durable - acked > 1 && self.fault(faults.partial_ack) {
+            self.injected.partial_acks += 1;
+            up_to = self.rng.range(acked + 1, durable - 1);
             again = true;
         }
-        let live = server.open;
-        let input = if live && self.rng.chance(faults.poison) {
-            server.open = false;
-            let error = StreamError::Status {
-                code: Code::Unavailable,
-                message: "stream reset (simulated)".into(),
-            };
-            Input::Failed { slot, conn, error }
-        } else if live && self.rng.chance(faults.forward_ack) {
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: server.received + 1,
-            }
+        let input = if live && self.fault(faults.poison) {
+            self.injected.poisons += 1;
+            let error = StreamError::status(Code::Unavailable, "stream reset (simulated)");
+            Input::Failed { conn, error }
+        } else if live && self.fault(faults.forward_ack) {
+            self.injected.forward_acks += 1;
+            Input::acked(conn, received + 1)
         } else {
-            server.acked = up_to;
-            Input::Acked {
-                slot,
-                conn,
-                up_to_records: up_to,
-            }
+            Input::acked(conn, up_to)
         };
+        if let Some(server) = self.servers.get_mut(&conn) {
+            server.wal = wal;
+            match &input {
+                Input::Failed { .. } => server.open = false,
+                _ if up_to <= server.received => server.acked = server.acked.max(up_to),
+                _ => {}
+            }
+        }
         if again {
-            self.schedule(
-                now + Duration::from_millis(5),
-                Event::AckCheck { slot, conn },
-            );
+            self.schedule(now + Duration::from_millis(5), Event::AckCheck { conn });
         }
-        if self.sink.handle(now, input.clone()).is_ok()
-            && let Input::Acked { up_to_records, .. } = input
-        {
-            self.oracle.acked(slot, conn, up_to_records);
+        let ack = match input {
+            Input::Result { result, .. } => Some(result.ack_up_to_records),
+            _ => None,
+        };
+        let _ = self.sink.handle(now, input);
+        if let Some(up_to) = ack {
+            // The oracle decides for itself whether the ack counts.
+            self.oracle.acked(conn, up_to);
         }
-        if live && self.rng.chance(faults.rotation) {
+        if live && self.fault(faults.rotation) {
+            self.injected.rotations += 1;
             let grace = Duration::from_millis(self.rng.range(200, 3_000));
-            let _ = self.sink.handle(now, Input::Rotate { slot, conn, grace });
+            self.oracle.rotation_requested(conn.slot());
+            let _ = self.sink.handle(now, Input::rotate(conn, grace));
         }
     }
 
     /// A message crosses the link, lands in the write-ahead log at the next group-commit tick,
     /// and that sync becomes durable after a latency drawn once per sync (so a slow sync delays
     /// what it carries, and, the log being ordered, everything after it).
-    fn transmit(&mut self, slot: SlotId, conn: ConnGen, rows: u64, bytes: u64) {
+    fn transmit(&mut self, conn: ConnId<Raw>, rows: u64, bytes: u64) {
         let (bandwidth, sync) = (self.config.stream_bandwidth.max(1), self.config.wal_sync);
         let now = self.now;
         let latency = self.config.ack_latency.draw(&mut self.rng);
-        let slow = self.rng.chance(self.config.faults.slow_sync);
+        let slow = self.fault(self.config.faults.slow_sync);
         let server = self.servers.entry(conn).or_default();
         let on_wire = Duration::from_secs_f64(bytes as f64 / bandwidth as f64);
         server.link_free = server.link_free.max(now) + on_wire;
@@ -613,14 +540,19 @@ impl Sim<'_> {
             .saturating_mul(tick);
         if server.sync != Some(sync_at) {
             server.sync = Some(sync_at);
-            let latency = if slow { latency * 10 } else { latency };
+            let latency = if slow {
+                self.injected.slow_syncs += 1;
+                latency * 10
+            } else {
+                latency
+            };
             server.sync_durable_at = Time::from_micros(sync_at) + latency;
         }
         let durable_at = server.sync_durable_at.max(server.wal_tail);
         server.wal_tail = durable_at;
         server.received += rows;
         server.wal.push_back((durable_at, server.received));
-        self.schedule(durable_at, Event::AckCheck { slot, conn });
+        self.schedule(durable_at, Event::AckCheck { conn });
     }
 
     fn drain(&mut self) -> Result<(), Violation> {
@@ -635,9 +567,8 @@ impl Sim<'_> {
                         self.next_wake = Some(at);
                         self.schedule(at, Event::Wake);
                     }
-                    return self.oracle.check(&self.sink);
                 }
-                Output::Open { table, slot, conn } => {
+                Output::Open { table, conn } => {
                     self.servers.insert(
                         *conn,
                         ServerConn {
@@ -645,30 +576,29 @@ impl Sim<'_> {
                             ..ServerConn::default()
                         },
                     );
+                    let (lo, hi) = self.config.open_latency;
+                    let micros = self.rng.range(
+                        u64::try_from(lo.as_micros()).unwrap_or(0),
+                        u64::try_from(hi.as_micros()).unwrap_or(0).max(1),
+                    );
                     let event = Event::Opened {
                         table: *table,
-                        slot: *slot,
                         conn: *conn,
                     };
-                    self.schedule(self.now + self.config.open_latency, event);
+                    self.schedule(self.now + Duration::from_micros(micros), event);
                 }
-                Output::Send(t) => {
-                    self.transmit(t.slot, t.conn, t.rows, t.rows * t.batch.bytes_per_row)
-                }
-                Output::Close {
-                    slot,
-                    conn,
-                    graceful,
-                } => {
+                Output::Send(t) => self.transmit(t.conn, t.rows, t.rows * t.batch.bytes_per_row),
+                Output::Close { conn, graceful } => {
                     if let Some(server) = self.servers.get_mut(conn) {
                         server.open = false;
+                        server.gone = true;
                     }
                     if *graceful {
                         // The server sends its last acks and ends the call.
-                        let (slot, conn) = (*slot, *conn);
+                        let conn = *conn;
                         self.schedule(
                             self.now + Duration::from_millis(20),
-                            Event::ServerEnd { slot, conn },
+                            Event::ServerEnd { conn },
                         );
                     }
                 }
@@ -679,7 +609,12 @@ impl Sim<'_> {
                 }
                 _ => {}
             }
+            let timeout = matches!(out, Output::Timeout(_));
             let ended = self.oracle.output(out)?;
+            if timeout {
+                self.stop_faults_when_due();
+                return self.oracle.check(&self.sink);
+            }
             if !ended.is_empty() {
                 self.unblock(&ended)?;
             }

@@ -1,0 +1,206 @@
+//! The oracle's own window books: where every admitted, unended batch is held (its table's
+//! queue, or a slot), computed from admissions, first sends and ends only; never from the
+//! core's counters, so that a counter leak in the core cannot pass as a full window.
+//!
+//! The memory bound these books check (invariant 8): a slot holds at most one
+//! [`WindowLimits`]; a table's queue (order-agnostic tables) at most its slot count times them;
+//! so the sink holds at most twice the sum over tables of `slots x WindowLimits`.
+
+use std::collections::BTreeMap;
+
+use zerobus_sink::{SlotId, TableId, WindowLimits};
+
+use super::{Violation, violation};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Held {
+    batches: u64,
+    rows: u64,
+    bytes: u64,
+}
+
+impl Held {
+    fn add(&mut self, rows: u64, bytes: u64) {
+        self.batches += 1;
+        self.rows += rows;
+        self.bytes += bytes;
+    }
+
+    fn remove(&mut self, rows: u64, bytes: u64) {
+        self.batches = self.batches.saturating_sub(1);
+        self.rows = self.rows.saturating_sub(rows);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    fn plus(self, o: Held) -> Held {
+        Held {
+            batches: self.batches + o.batches,
+            rows: self.rows + o.rows,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+
+    /// Whether one more batch of `rows`/`bytes` would exceed `scale` times `limits`.
+    fn full(&self, limits: &WindowLimits, scale: u64, rows: u64, bytes: u64) -> bool {
+        self.batches >= u64::from(limits.max_batches).saturating_mul(scale)
+            || self.bytes.saturating_add(bytes) > limits.max_bytes.saturating_mul(scale)
+            || self.rows.saturating_add(rows) > limits.max_rows.saturating_mul(scale)
+    }
+
+    /// Whether it is within `scale` times `limits`.
+    fn within(&self, limits: &WindowLimits, scale: u64) -> bool {
+        self.batches <= u64::from(limits.max_batches).saturating_mul(scale)
+            && self.bytes <= limits.max_bytes.saturating_mul(scale)
+            && self.rows <= limits.max_rows.saturating_mul(scale)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Queue(TableId),
+    Slot(SlotId),
+}
+
+/// Where each unended batch is held. See the module docs.
+#[derive(Debug)]
+pub struct Books {
+    limits: WindowLimits,
+    batches: BTreeMap<u64, (u64, u64, Place)>,
+    queues: BTreeMap<TableId, Held>,
+    slots: BTreeMap<SlotId, Held>,
+    table_slots: BTreeMap<TableId, u64>,
+}
+
+impl Books {
+    pub(super) fn new(limits: WindowLimits) -> Books {
+        Books {
+            limits,
+            batches: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            table_slots: BTreeMap::new(),
+        }
+    }
+
+    /// `table` has `slots` slots (for its queue's bound and the sink's total).
+    pub fn register(&mut self, table: TableId, slots: u64) {
+        self.table_slots.insert(table, slots);
+    }
+
+    pub(super) fn admit(
+        &mut self,
+        id: u64,
+        rows: u64,
+        bytes: u64,
+        table: TableId,
+        slot: Option<SlotId>,
+    ) {
+        let place = match slot {
+            Some(s) => {
+                self.slots.entry(s).or_default().add(rows, bytes);
+                Place::Slot(s)
+            }
+            None => {
+                self.queues.entry(table).or_default().add(rows, bytes);
+                Place::Queue(table)
+            }
+        };
+        self.batches.insert(id, (rows, bytes, place));
+    }
+
+    /// The batch's first send: it left its table's queue for `slot`.
+    pub(super) fn place(&mut self, id: u64, slot: SlotId) {
+        let Some((rows, bytes, place)) = self.batches.get_mut(&id) else {
+            return;
+        };
+        if let Place::Queue(table) = *place {
+            if let Some(q) = self.queues.get_mut(&table) {
+                q.remove(*rows, *bytes);
+            }
+            self.slots.entry(slot).or_default().add(*rows, *bytes);
+            *place = Place::Slot(slot);
+        }
+    }
+
+    pub(super) fn end(&mut self, id: u64) {
+        if let Some((rows, bytes, place)) = self.batches.remove(&id) {
+            let held = match place {
+                Place::Queue(t) => self.queues.get_mut(&t),
+                Place::Slot(s) => self.slots.get_mut(&s),
+            };
+            if let Some(h) = held {
+                h.remove(rows, bytes);
+            }
+        }
+    }
+
+    /// Whether a submit of `rows`/`bytes` had to be refused as full: for a keyed table, its
+    /// slot's window; otherwise its queue, at `slots` times the limits.
+    pub(super) fn full(
+        &self,
+        table: TableId,
+        slot: Option<SlotId>,
+        slots: u64,
+        rows: u64,
+        bytes: u64,
+    ) -> bool {
+        match slot {
+            Some(s) => {
+                self.slots
+                    .get(&s)
+                    .copied()
+                    .unwrap_or_default()
+                    .full(&self.limits, 1, rows, bytes)
+            }
+            None => self.queues.get(&table).copied().unwrap_or_default().full(
+                &self.limits,
+                slots,
+                rows,
+                bytes,
+            ),
+        }
+    }
+
+    pub(super) fn describe(&self, table: TableId, slot: Option<SlotId>) -> String {
+        match slot {
+            Some(s) => format!(
+                "{s} holds {:?}",
+                self.slots.get(&s).copied().unwrap_or_default()
+            ),
+            None => format!(
+                "{table}'s queue holds {:?}",
+                self.queues.get(&table).copied().unwrap_or_default()
+            ),
+        }
+    }
+
+    /// Invariant 8, from these books alone.
+    pub(super) fn check(&self) -> Result<(), Violation> {
+        let l = &self.limits;
+        if let Some((slot, held)) = self.slots.iter().find(|(_, h)| !h.within(l, 1)) {
+            return Err(violation(8, format!("{slot} holds {held:?}, limits {l:?}")));
+        }
+        for (table, held) in &self.queues {
+            let n = self.table_slots.get(table).copied().unwrap_or(1);
+            if !held.within(l, n) {
+                return Err(violation(
+                    8,
+                    format!("{table} queues {held:?} beyond {n} x {l:?}"),
+                ));
+            }
+        }
+        let total = self
+            .slots
+            .values()
+            .chain(self.queues.values())
+            .fold(Held::default(), |a, b| a.plus(*b));
+        let n: u64 = self.table_slots.values().sum();
+        if !total.within(l, 2 * n.max(1)) {
+            return Err(violation(
+                8,
+                format!("the sink holds {total:?}, beyond 2 x {n} slots x {l:?}"),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,654 @@
+//! The oracle: an independent model of what the core may and may not do, checked after every
+//! step by the simulator, the quickcheck properties and the fuzz target.
+//!
+//! It watches admissions, refusals, every output and every ack the driver feeds the core, and
+//! keeps its own books: per admitted batch how many of its rows (a prefix) an ack on a live or
+//! half-closed connection made durable, where the batch sits (table queue or slot), and when
+//! anything last ended. From those books alone, never from the core's counters, it decides:
+//!
+//! | invariant | check |
+//! |---|---|
+//! | 1 | every refused submit met a bound, computed from the oracle's own window books |
+//! | 2 | a confirmation only after a durable ack covered every row; watermarks only grow |
+//! | 3 | confirmations in offset order per slot; nothing durable stays unconfirmed after a drain |
+//! | 4 | sends, closes and confirmations only on the live (or half-closed) connection; wire offsets from 0, one per message; every connection opened once |
+//! | 5 | every admitted batch ends exactly once, handed back with exactly its non-durable rows |
+//! | 7 | one live connection per slot; streams held within the cap; no reopen sooner than the minimum backoff after a failure; opens per slot per minute within the bound the config implies |
+//! | 8 | windows within their bounds: a slot's batches within `WindowLimits`, a table's queue within its slots times them, the whole sink within twice the sum |
+//! | 9 | nothing confirmed after it ended; durable rows never resent |
+//! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending |
+//!
+//! Each check can be switched on alone ([`Checks`]), so that a property or a test that breaks
+//! one thing on purpose sees that check, and not another, fire.
+
+mod books;
+mod liveness;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use zerobus_sink::{
+    Batch, ConnId, Failed, LogicalOffset, Output, Raw, RejectReason, SinkConfig, SinkCore, SlotId,
+    TableId, Time, Transmit, Watermarks,
+};
+
+use crate::batch::SimBatch;
+
+pub use books::Books;
+pub use liveness::Liveness;
+
+/// An invariant the core broke, with what the oracle saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The DESIGN.md invariant number (11: liveness).
+    pub invariant: u8,
+    /// What happened.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invariant {} violated: {}", self.invariant, self.message)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+pub(crate) fn violation(invariant: u8, message: impl Into<String>) -> Violation {
+    Violation {
+        invariant,
+        message: message.into(),
+    }
+}
+
+/// Which invariants the oracle checks (by DESIGN.md number; 11 is liveness).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checks(u16);
+
+impl Checks {
+    /// Every check.
+    pub const ALL: Checks = Checks(u16::MAX);
+
+    /// Only the checks of `invariant`.
+    #[must_use]
+    pub const fn only(invariant: u8) -> Checks {
+        Checks(1 << (invariant as u16 % 16))
+    }
+
+    /// Whether `invariant` is checked.
+    #[must_use]
+    pub const fn has(self, invariant: u8) -> bool {
+        self.0 & (1 << (invariant as u16 % 16)) != 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Confirmed,
+    Failed,
+}
+
+#[derive(Debug)]
+struct Record {
+    rows: u64,
+    table: TableId,
+    /// Where the core put it, learnt from its first send (or from the key, for keyed tables).
+    placed: Option<(SlotId, LogicalOffset)>,
+    /// Rows (a prefix) that an ack on a live connection made durable.
+    durable: u64,
+    end: Option<End>,
+}
+
+#[derive(Debug, Default)]
+struct ConnLog {
+    /// (batch id, first row of the batch in the message, rows) per wire message, in order.
+    messages: Vec<(u64, u64, u64)>,
+    rows_sent: u64,
+    acked: u64,
+}
+
+/// Counts of how batches ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Batches admitted.
+    pub admitted: u64,
+    /// Batches confirmed.
+    pub confirmed: u64,
+    /// Batches handed back.
+    pub failed: u64,
+    /// Acks that confirmed at least one batch.
+    pub bursts: u64,
+}
+
+/// The invariant checker. See the module docs.
+#[derive(Debug)]
+pub struct Oracle {
+    config: SinkConfig,
+    checks: Checks,
+    now: Time,
+    records: BTreeMap<u64, Record>,
+    live: BTreeMap<SlotId, ConnId<Raw>>,
+    /// Connections half-closed gracefully: late acks on them still count, until the core cuts
+    /// them (a `Close` with `graceful: false`).
+    half_closed: BTreeMap<SlotId, ConnId<Raw>>,
+    conns: BTreeMap<ConnId<Raw>, ConnLog>,
+    last_confirmed: BTreeMap<SlotId, LogicalOffset>,
+    /// When each slot's connection last failed (closed not gracefully while live).
+    failed_at: BTreeMap<SlotId, Time>,
+    /// Open times per slot in the last minute, and rotations the service asked for.
+    opens: BTreeMap<SlotId, VecDeque<Time>>,
+    rotations: BTreeMap<SlotId, VecDeque<Time>>,
+    seen_conns: BTreeSet<ConnId<Raw>>,
+    failed_tables: BTreeSet<TableId>,
+    closing: bool,
+    marks: Watermarks,
+    tally: Tally,
+    books: Books,
+    liveness: Liveness,
+}
+
+impl Oracle {
+    /// An oracle for a sink built with `config`, checking everything.
+    #[must_use]
+    pub fn new(config: SinkConfig) -> Oracle {
+        Oracle::with_checks(config, Checks::ALL)
+    }
+
+    /// An oracle that checks only `checks`.
+    #[must_use]
+    pub fn with_checks(config: SinkConfig, checks: Checks) -> Oracle {
+        Oracle {
+            config,
+            checks,
+            now: Time::ZERO,
+            records: BTreeMap::new(),
+            live: BTreeMap::new(),
+            half_closed: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            last_confirmed: BTreeMap::new(),
+            failed_at: BTreeMap::new(),
+            opens: BTreeMap::new(),
+            rotations: BTreeMap::new(),
+            seen_conns: BTreeSet::new(),
+            failed_tables: BTreeSet::new(),
+            closing: false,
+            marks: Watermarks::default(),
+            tally: Tally::default(),
+            books: Books::new(config.window),
+            liveness: Liveness::default(),
+        }
+    }
+
+    /// How batches have ended so far.
+    #[must_use]
+    pub fn tally(&self) -> Tally {
+        self.tally
+    }
+
+    /// The oracle's own window books.
+    #[must_use]
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// `table` has `slots` slots (the bound of its queue, and its share of the sink's).
+    pub fn register_table(&mut self, table: TableId, slots: u64) {
+        self.books.register(table, slots);
+    }
+
+    /// The time of the outputs that follow.
+    pub fn set_now(&mut self, now: Time) {
+        self.now = now;
+    }
+
+    /// The driver asked the sink to close: refusals as `Closed` are now expected.
+    pub fn closing(&mut self) {
+        self.closing = true;
+    }
+
+    /// The service stops injecting faults from now on: the liveness bound applies (see
+    /// [`Liveness`]). `bound` is how long pending work may go without any batch ending.
+    pub fn faults_stopped(&mut self, bound: Duration) {
+        self.liveness.faults_stopped(self.now, bound);
+    }
+
+    /// The service asked `slot`'s stream to rotate: the reopen that follows is not counted
+    /// against the slot's open budget.
+    pub fn rotation_requested(&mut self, slot: SlotId) {
+        self.rotations.entry(slot).or_default().push_back(self.now);
+    }
+
+    /// Batch `id` of `rows` rows and `bytes` bytes was admitted for `table`; `slot` is the slot
+    /// its key routes it to, for keyed tables (`None`: it waits in the table's queue).
+    pub fn admitted(
+        &mut self,
+        id: u64,
+        rows: u64,
+        bytes: u64,
+        table: TableId,
+        slot: Option<SlotId>,
+    ) -> Result<(), Violation> {
+        let record = Record {
+            rows,
+            table,
+            placed: None,
+            durable: 0,
+            end: None,
+        };
+        if self.records.insert(id, record).is_some() {
+            return self.fail(5, format!("batch {id} admitted twice"));
+        }
+        self.books.admit(id, rows, bytes, table, slot);
+        self.liveness.admitted(self.now, self.pending());
+        self.tally.admitted += 1;
+        Ok(())
+    }
+
+    /// A submit of `rows`/`bytes` for `table` (keyed to `slot`, for keyed tables) was refused
+    /// with `reason`: checks that the refusal was justified by the oracle's own books. (A table
+    /// that failed while it held no batch handed nothing back; for it the oracle takes the
+    /// sink's public [`SinkCore::table_failed`], which a refusal must then agree with.)
+    #[allow(clippy::too_many_arguments)]
+    pub fn refused(
+        &self,
+        sink: &SinkCore<Raw, SimBatch>,
+        rows: u64,
+        bytes: u64,
+        table: TableId,
+        slot: Option<SlotId>,
+        slots_of_table: u64,
+        reason: &RejectReason,
+    ) -> Result<(), Violation> {
+        let w = self.config.window;
+        let justified = match reason {
+            RejectReason::Empty => rows == 0,
+            RejectReason::Closed => self.closing,
+            RejectReason::TableFailed { .. } => {
+                self.failed_tables.contains(&table) || sink.table_failed(table)
+            }
+            RejectReason::TooLarge { .. } => rows > w.max_rows || bytes > w.max_bytes,
+            RejectReason::Full { .. } => self.books.full(table, slot, slots_of_table, rows, bytes),
+            _ => false,
+        };
+        if justified {
+            Ok(())
+        } else {
+            self.fail(
+                1,
+                format!(
+                    "submit of {rows} rows ({bytes} bytes) to {table} refused ({reason}) though \
+                     the oracle's books say it fits: {:?}",
+                    self.books.describe(table, slot)
+                ),
+            )
+        }
+    }
+
+    fn fail<T>(&self, invariant: u8, message: impl Into<String>) -> Result<T, Violation> {
+        Err(violation(invariant, message))
+    }
+
+    /// `Err` if `invariant` is checked and `bad`.
+    fn ensure(
+        &self,
+        invariant: u8,
+        ok: bool,
+        message: impl FnOnce() -> String,
+    ) -> Result<(), Violation> {
+        if !ok && self.checks.has(invariant) {
+            return Err(violation(invariant, message()));
+        }
+        Ok(())
+    }
+
+    fn counts_acks(&self, conn: ConnId<Raw>) -> bool {
+        let slot = conn.slot();
+        self.live.get(&slot) == Some(&conn) || self.half_closed.get(&slot) == Some(&conn)
+    }
+
+    /// The core accepted an ack of `up_to` cumulative rows on `conn` (the driver fed it).
+    pub fn acked(&mut self, conn: ConnId<Raw>, up_to: u64) {
+        if !self.counts_acks(conn) {
+            return; // stale: the core must ignore it, so it makes nothing durable for the oracle
+        }
+        let Some(log) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if up_to <= log.acked || up_to > log.rows_sent {
+            return;
+        }
+        log.acked = up_to;
+        let mut row = 0;
+        for &(id, first, rows) in &log.messages {
+            if row >= up_to {
+                break;
+            }
+            let covered = rows.min(up_to - row);
+            if let Some(r) = self.records.get_mut(&id) {
+                r.durable = r.durable.max(first + covered);
+            }
+            row += rows;
+        }
+    }
+
+    fn pending(&self) -> u64 {
+        self.tally.admitted - self.tally.confirmed - self.tally.failed
+    }
+
+    /// Checks one output and, for confirmations, consumes it; returns the ids of the batches it
+    /// ended (confirmed or handed back).
+    pub fn output(&mut self, output: Output<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
+        match output {
+            Output::Open { conn, .. } => self.open(conn)?,
+            Output::Send(t) => self.send(&t)?,
+            Output::Close { conn, graceful } => self.close(conn, graceful)?,
+            Output::Confirmed(burst) => {
+                let slot = burst.slot();
+                let conn = burst.conn();
+                self.ensure(4, self.counts_acks(conn), || {
+                    format!("{slot} confirmed on stale {conn}")
+                })?;
+                self.tally.bursts += 1;
+                let mut ids = Vec::with_capacity(burst.len());
+                for c in burst {
+                    let offset = c.offset();
+                    let id = u64::try_from(c.commit().offset).unwrap_or(u64::MAX);
+                    self.confirm(slot, offset, id)?;
+                    ids.push(id);
+                }
+                self.ended(&ids);
+                return Ok(ids);
+            }
+            Output::Failed(failed) => {
+                let ids = self.failed(&failed)?;
+                self.ended(&ids);
+                return Ok(ids);
+            }
+            Output::Timeout(None) => {
+                let pending = self.pending();
+                self.ensure(11, pending == 0, || {
+                    format!("Timeout(None) with {pending} batches pending: the driver would sleep for ever")
+                })?;
+            }
+            Output::Timeout(Some(at)) => {
+                let now = self.now;
+                self.ensure(11, at > now, || {
+                    format!("Timeout({at}) is not in the future (now {now})")
+                })?;
+            }
+            Output::InvalidateCredentials { .. } => {}
+            _ => return self.fail(10, "an output kind the oracle does not know"),
+        }
+        Ok(Vec::new())
+    }
+
+    fn ended(&mut self, ids: &[u64]) {
+        for &id in ids {
+            self.books.end(id);
+        }
+        if !ids.is_empty() {
+            self.liveness.progress(self.now);
+        }
+    }
+
+    fn open(&mut self, conn: ConnId<Raw>) -> Result<(), Violation> {
+        let slot = conn.slot();
+        let old = self.live.insert(slot, conn);
+        self.ensure(7, old.is_none(), || {
+            format!("{slot} opened {conn} while {old:?} was live")
+        })?;
+        let fresh = self.seen_conns.insert(conn);
+        self.ensure(4, fresh, || format!("{conn} opened twice"))?;
+        let held = self.live.len() + self.half_closed.len();
+        let cap = usize::from(self.config.max_open_streams);
+        self.ensure(7, held <= cap, || {
+            format!("{held} streams held (live or half-closed), cap {cap}")
+        })?;
+        let r = &self.config.retry;
+        let min_backoff = r.initial_backoff.mul_f64(1.0 - r.jitter);
+        let now = self.now;
+        if let Some(&failed) = self.failed_at.get(&slot) {
+            self.ensure(7, now >= failed + min_backoff, || {
+                format!(
+                    "{slot} reopened {:?} after a failure, before the minimum backoff {min_backoff:?}",
+                    now - failed
+                )
+            })?;
+        }
+        self.ensure(7, !self.half_closed.contains_key(&slot), || {
+            format!("{slot} opened {conn} while its half-closed call was not cut")
+        })?;
+        self.opens_within_budget(slot, min_backoff)?;
+        self.conns.insert(conn, ConnLog::default());
+        Ok(())
+    }
+
+    /// Opens of one slot in any minute: at most one per minimum backoff (failures), one per
+    /// `min_residency` (evictions), one per rotation the service asked for, plus one.
+    fn opens_within_budget(
+        &mut self,
+        slot: SlotId,
+        min_backoff: Duration,
+    ) -> Result<(), Violation> {
+        let minute = Duration::from_secs(60);
+        let now = self.now;
+        let since = |t: &Time| now.saturating_since(*t) < minute;
+        let opens = self.opens.entry(slot).or_default();
+        opens.push_back(now);
+        while opens.front().is_some_and(|t| !since(t)) {
+            opens.pop_front();
+        }
+        let count = opens.len() as u64;
+        let rotations = self.rotations.entry(slot).or_default();
+        while rotations.front().is_some_and(|t| !since(t)) {
+            rotations.pop_front();
+        }
+        let per = |d: Duration| (minute.as_secs_f64() / d.as_secs_f64().max(1e-3)).ceil() as u64;
+        let budget = per(min_backoff) + per(self.config.min_residency) + rotations.len() as u64 + 1;
+        self.ensure(7, count <= budget, || {
+            format!("{slot} opened {count} times in a minute, over the budget of {budget}")
+        })
+    }
+
+    fn close(&mut self, conn: ConnId<Raw>, graceful: bool) -> Result<(), Violation> {
+        let slot = conn.slot();
+        let live = self.live.get(&slot) == Some(&conn);
+        let half_closed = self.half_closed.get(&slot) == Some(&conn);
+        self.ensure(4, live || (half_closed && !graceful), || {
+            format!(
+                "{slot} closed {conn} (graceful: {graceful}), which is neither live nor half-closed"
+            )
+        })?;
+        if live {
+            self.live.remove(&slot);
+            if graceful {
+                self.half_closed.insert(slot, conn);
+            } else {
+                self.failed_at.insert(slot, self.now);
+            }
+        } else {
+            self.half_closed.remove(&slot);
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, t: &Transmit<Raw, SimBatch>) -> Result<(), Violation> {
+        let slot = t.slot();
+        let live = self.live.get(&slot) == Some(&t.conn);
+        self.ensure(4, live, || {
+            format!("send on {}, not the live connection", t.conn)
+        })?;
+        let Some(record) = self.records.get_mut(&t.batch.id) else {
+            return self.fail(5, format!("send of unknown batch {}", t.batch.id));
+        };
+        if record.end.is_some() {
+            return self.fail(
+                5,
+                format!("send of batch {} which already ended", t.batch.id),
+            );
+        }
+        let first_send = record.placed.is_none();
+        let placed = *record.placed.get_or_insert((slot, t.offset));
+        let durable = record.durable;
+        if placed != (slot, t.offset) {
+            return self.fail(
+                5,
+                format!(
+                    "batch {} sent as {slot} {}, first as {placed:?}",
+                    t.batch.id, t.offset
+                ),
+            );
+        }
+        self.ensure(9, t.batch.start >= durable, || {
+            format!(
+                "batch {} resent from row {} though {durable} rows are durable",
+                t.batch.id, t.batch.start
+            )
+        })?;
+        if t.rows != t.batch.rows() || t.rows == 0 {
+            return self.fail(
+                5,
+                format!("send of {} rows labelled {}", t.batch.rows(), t.rows),
+            );
+        }
+        if first_send {
+            self.books.place(t.batch.id, slot);
+        }
+        let log = self.conns.entry(t.conn).or_default();
+        let expected = log.messages.len() as u64;
+        log.messages.push((t.batch.id, t.batch.start, t.rows));
+        log.rows_sent += t.rows;
+        let wire = t.wire_offset.get();
+        self.ensure(4, wire == expected, || {
+            format!(
+                "{} sent wire offset {wire} after {expected} messages",
+                t.conn
+            )
+        })
+    }
+
+    fn confirm(&mut self, slot: SlotId, offset: LogicalOffset, id: u64) -> Result<(), Violation> {
+        let Some(r) = self.records.get_mut(&id) else {
+            return self.fail(2, format!("confirmed unknown batch {id}"));
+        };
+        let (end, durable, rows, placed) = (r.end, r.durable, r.rows, r.placed);
+        r.end = Some(End::Confirmed);
+        self.ensure(9, end.is_none(), || {
+            format!("batch {id} ({slot} {offset}) confirmed after it ended ({end:?})")
+        })?;
+        self.ensure(2, durable >= rows, || {
+            format!("batch {id} confirmed with {durable} of {rows} rows durable")
+        })?;
+        self.ensure(2, placed == Some((slot, offset)), || {
+            format!("batch {id} confirmed as {slot} {offset}, sent as {placed:?}")
+        })?;
+        let last = self.last_confirmed.insert(slot, offset);
+        self.ensure(3, last.is_none_or(|l| offset > l), || {
+            format!("{slot} confirmed {offset} after {last:?}")
+        })?;
+        self.tally.confirmed += 1;
+        Ok(())
+    }
+
+    fn failed(&mut self, failed: &Failed<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
+        if matches!(
+            failed.reason,
+            zerobus_sink::FailureReason::TableFailed { .. }
+        ) {
+            self.failed_tables.insert(failed.table);
+        }
+        let mut ids = Vec::with_capacity(failed.batches.len());
+        for b in &failed.batches {
+            let id = u64::try_from(b.token.position().offset).unwrap_or(u64::MAX);
+            let Some(r) = self.records.get_mut(&id) else {
+                return self.fail(5, format!("handed back unknown batch {id}"));
+            };
+            let (end, table, rows, durable) = (r.end, r.table, r.rows, r.durable);
+            r.end = Some(End::Failed);
+            self.ensure(5, end.is_none(), || {
+                format!("batch {id} handed back after it ended ({end:?})")
+            })?;
+            self.ensure(5, table == failed.table, || {
+                format!("batch {id} of {table} handed back as {}", failed.table)
+            })?;
+            let exact = b.batch.id == id
+                && b.batch.start == b.durable_rows
+                && b.batch.start + b.batch.rows == rows;
+            self.ensure(5, exact, || {
+                format!(
+                    "batch {id} handed back as rows {}+{} of {rows}",
+                    b.batch.start, b.batch.rows
+                )
+            })?;
+            self.ensure(5, b.durable_rows <= durable, || {
+                format!(
+                    "batch {id} handed back claiming {} durable rows, only {durable} were",
+                    b.durable_rows
+                )
+            })?;
+            self.tally.failed += 1;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// Checks the sink's state after a full drain.
+    pub fn check(&mut self, sink: &SinkCore<Raw, SimBatch>) -> Result<(), Violation> {
+        let m = sink.watermarks();
+        let before = self.marks;
+        self.ensure(
+            2,
+            m.submitted >= before.submitted
+                && m.delivered >= before.delivered
+                && m.rows_delivered >= before.rows_delivered,
+            || format!("watermarks went backwards: {before:?} -> {m:?}"),
+        )?;
+        self.ensure(
+            2,
+            m.delivered <= m.submitted && m.rows_delivered <= m.rows_submitted,
+            || format!("delivered above submitted: {m:?}"),
+        )?;
+        let tally = self.tally;
+        self.ensure(
+            5,
+            m.submitted == tally.admitted
+                && m.delivered == tally.confirmed
+                && m.failed == tally.failed,
+            || format!("sink counts {m:?} disagree with the oracle's {tally:?}"),
+        )?;
+        self.marks = m;
+        if self.checks.has(8) {
+            self.books.check()?;
+        }
+        if self.checks.has(3)
+            && let Some((id, r)) = self
+                .records
+                .iter()
+                .find(|(_, r)| r.end.is_none() && r.durable >= r.rows)
+        {
+            return self.fail(
+                3,
+                format!("batch {id} ({:?}) is durable but not confirmed", r.placed),
+            );
+        }
+        if self.checks.has(11) {
+            self.liveness.check(self.now, self.pending())?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every admitted batch has ended, once the sink is closed.
+    pub fn finish(&self, sink: &SinkCore<Raw, SimBatch>) -> Result<Tally, Violation> {
+        if !sink.is_closed() {
+            return self.fail(5, "sink did not close by its deadline");
+        }
+        if let Some((id, r)) = self.records.iter().find(|(_, r)| r.end.is_none()) {
+            return self.fail(
+                5,
+                format!("batch {id} ({} {:?}) never ended", r.table, r.placed),
+            );
+        }
+        Ok(self.tally)
+    }
+}
