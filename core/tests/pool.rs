@@ -413,3 +413,67 @@ fn shutdown_reports_exactly_which_batches_were_not_acked_per_table() {
     assert_eq!(tokens, vec![10, 11, 12]);
     assert!(s.is_closed());
 }
+
+#[test]
+fn a_failing_slot_reopens_after_backoffs_that_grow_and_are_capped() {
+    // No jitter (see `sink_with`): the n-th consecutive failure waits 2 s x 2^(n-1), at most
+    // 10 s here. Each reopen must come exactly at its due time: not a millisecond earlier (the
+    // core is polled 1 ms before) and not later (it is due at that instant).
+    let config = SinkConfig {
+        retry: zerobus_sink::RetryPolicy {
+            max_backoff: Duration::from_secs(10),
+            max_attempts: 100,
+            ..zerobus_sink::RetryPolicy::default()
+        },
+        ..SinkConfig::default()
+    };
+    let (mut s, table) = sink_with(1, config);
+    s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
+    let (_, mut conn) = opens(&drain_raw(&mut s, t(0)))[0];
+    let mut now = 0;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        apply(
+            &mut s,
+            t(now),
+            Input::Failed {
+                conn,
+                error: status(Code::Unavailable),
+            },
+        );
+        let Output::Close { .. } = s.poll_output(t(now)) else {
+            panic!("the failed call is dropped first")
+        };
+        let Output::Timeout(Some(due)) = s.poll_output(t(now)) else {
+            panic!("a reopen is scheduled")
+        };
+        let wait = due.as_micros() / 1_000 - now;
+        assert!(opens(&drain_raw(&mut s, t(now + wait - 1))).is_empty());
+        let reopened = opens(&drain_raw(&mut s, t(now + wait)));
+        assert_eq!(reopened.len(), 1, "reopened at its due time");
+        conn = reopened[0].1;
+        waits.push(wait);
+        now += wait;
+    }
+    assert_eq!(waits, [2_000, 4_000, 8_000, 10_000, 10_000, 10_000]);
+    // Progress (an ack after READY) resets the count: the next failure waits 2 s again.
+    apply(&mut s, t(now), Input::ready(conn));
+    drain_raw(&mut s, t(now));
+    ack(&mut s, t(now), conn, 3);
+    drain_raw(&mut s, t(now));
+    s.submit(t(now), table, vec![0u8; 1], token(2)).unwrap();
+    drain_raw(&mut s, t(now));
+    apply(
+        &mut s,
+        t(now),
+        Input::Failed {
+            conn,
+            error: status(Code::Unavailable),
+        },
+    );
+    let _close = s.poll_output(t(now));
+    assert!(matches!(
+        s.poll_output(t(now)),
+        Output::Timeout(Some(due)) if due == t(now + 2_000)
+    ));
+}

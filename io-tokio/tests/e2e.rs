@@ -187,12 +187,23 @@ async fn concurrency_reject_backs_off_one_slot_while_the_others_carry_the_load()
     flushed.unwrap();
     all_committed(&recorder, 200);
     let stats = emu.stats();
-    assert!(
-        stats.refused.get("ResourceExhausted").copied().unwrap_or(0) >= 1,
-        "{stats:?}"
-    );
+    let refused = stats.refused.get("ResourceExhausted").copied().unwrap_or(0);
+    assert!(refused >= 1, "{stats:?}");
     assert!(report.metrics.concurrency_rejects >= 1);
     assert_eq!(stats.max_open_per_table, 2);
+    // No reopen storm: the rejected slot retries at most once per minimum backoff (50 ms less
+    // 20 % jitter) over the run, and nothing else reopens.
+    let bound = 1 + (report.elapsed.as_secs_f64() / 0.040) as u64;
+    assert!(
+        refused <= bound,
+        "{refused} refusals in {:?}: a reopen storm (bound {bound})",
+        report.elapsed
+    );
+    assert_eq!(stats.calls, stats.ready + refused, "{stats:?}");
+    assert_eq!(
+        stats.ready, 2,
+        "the two streams the service allows, opened once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,6 +292,10 @@ pub struct Coverage {
     pub ack_timeouts: u64,
     /// Inputs from another sink's connection, ignored.
     pub foreign_inputs: u64,
+    /// Rows handed back (the non-durable part of each failed batch).
+    pub handed_back_rows: u64,
+    /// Rows of failed batches that were already durable (the prefixes sliced off).
+    pub handed_back_durable: u64,
 }
 
 impl Coverage {
@@ -308,6 +312,8 @@ impl Coverage {
             backpressured: self.backpressured + o.backpressured,
             ack_timeouts: self.ack_timeouts + o.ack_timeouts,
             foreign_inputs: self.foreign_inputs + o.foreign_inputs,
+            handed_back_rows: self.handed_back_rows + o.handed_back_rows,
+            handed_back_durable: self.handed_back_durable + o.handed_back_durable,
         }
     }
 }
@@ -341,6 +347,7 @@ pub struct Harness {
     closing: bool,
     late_acks: u64,
     foreign_inputs: u64,
+    handed_back: (u64, u64),
 }
 
 impl Default for Harness {
@@ -404,6 +411,7 @@ impl Harness {
             closing: false,
             late_acks: 0,
             foreign_inputs: 0,
+            handed_back: (0, 0),
         }
     }
 
@@ -624,6 +632,12 @@ impl Harness {
                         m.received += t.rows;
                     }
                 }
+                Output::Failed(f) => {
+                    for b in &f.batches {
+                        self.handed_back.0 += b.batch.rows;
+                        self.handed_back.1 += b.durable_rows;
+                    }
+                }
                 Output::Close { conn, .. } => {
                     if let Some(m) = self.slots.get_mut(conn.slot().index())
                         && (m.live == Some(*conn) || m.opening == Some(*conn))
@@ -669,6 +683,8 @@ impl Harness {
             backpressured: m.backpressured,
             ack_timeouts: m.ack_timeouts,
             foreign_inputs: self.foreign_inputs,
+            handed_back_rows: self.handed_back.0,
+            handed_back_durable: self.handed_back.1,
         }
     }
 

@@ -44,8 +44,16 @@ fn forward_ack_after_partial_ack_hands_back_the_suffix() {
         (run.tally.admitted, run.tally.confirmed, run.tally.failed),
         (1, 0, 1)
     );
-    // What the name claims: the forward ack was seen as one (terminal), the batch handed back.
+    // What the name claims: the forward ack was seen as one (terminal), and what came back is
+    // the suffix: the 20 rows not acked, with the 10 durable ones sliced off.
     assert_eq!(run.coverage.forward_acks, 1);
+    assert_eq!(
+        (
+            run.coverage.handed_back_rows,
+            run.coverage.handed_back_durable
+        ),
+        (20, 10)
+    );
 }
 
 #[test]
