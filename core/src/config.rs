@@ -7,8 +7,9 @@ use crate::error::ConfigError;
 /// The bounds of one slot's ack window: what may be in flight (assigned, not yet durable).
 /// A table may also hold, unassigned, up to its slot count times these bounds.
 ///
-/// Memory held by the sink is bounded by configuration, never by input (invariant 8): at most
-/// twice `sum over tables of slots x` these limits.
+/// Memory held by the sink is bounded by configuration, never by input (invariant 8): a slot
+/// holds at most these limits, and a table's queue of batches not yet given to a slot at most
+/// its slot count times them, so the sink at most twice `sum over tables of slots x` these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowLimits {
     /// Batches in flight per slot. The official client's default is 1,000.

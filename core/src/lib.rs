@@ -123,12 +123,17 @@
 //!   ([`RejectReason::Full`]), which is the backpressure.
 //! - **Durable before confirmed** (2, 3): a token comes back in [`Output::Confirmed`] only after
 //!   an ack covers every row of its batch; one ack confirms every covered batch, in order.
-//! - **Stale events are ignored** (4): inputs carry the connection generation ([`ConnGen`]).
+//! - **Stale events are ignored** (4): inputs name a [`ConnId`] only the core mints; one of a
+//!   closed connection or of another sink is ignored, one of another lane does not compile.
 //! - **Nothing is lost** (5): every admitted batch ends exactly once, confirmed or in
 //!   [`Output::Failed`] with its token and only its non-durable rows.
 //! - **Lanes are types** (6): see [`lane`] for the misuses that do not compile.
-//! - **Bounded memory** (8): at most `slots x` [`WindowLimits`] in flight.
+//! - **Bounded memory** (8): a slot holds at most one [`WindowLimits`] of batches, a table's
+//!   queue at most its slot count times them: at most twice `slots x WindowLimits` in all.
 //! - **No panics** (10): bad input is a typed error ([`ProtocolError`], [`Rejected`]).
+//! - **Liveness** (11): with work pending the core always has a future deadline, and a table
+//!   waiting for streams under the cap gets its turn (first come, first served; see
+//!   [`SinkConfig::min_residency`]).
 //!
 //! The ten invariants and their tests are listed in the repository's `docs/architecture.md`.
 

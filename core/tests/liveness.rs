@@ -54,7 +54,10 @@ fn drive(
                     *total += t.rows;
                     pending.push((now + ack_after, Input::acked(t.conn, *total)));
                 }
-                Output::Close { conn, graceful: true } => {
+                Output::Close {
+                    conn,
+                    graceful: true,
+                } => {
                     pending.push((now + Duration::from_millis(10), Input::Closed { conn }));
                 }
                 Output::Confirmed(b) => confirmed.extend(b.into_iter().map(|c| c.commit().offset)),
@@ -69,7 +72,9 @@ fn drive(
             (a, b) => match a.or(b) {
                 Some(t) => t,
                 None if s.watermarks().pending() == 0 => break,
-                None => panic!("Timeout(None) at {now} with work pending: the driver sleeps for ever"),
+                None => {
+                    panic!("Timeout(None) at {now} with work pending: the driver sleeps for ever")
+                }
             },
         };
         now = next.max(now);
@@ -123,7 +128,13 @@ fn bug_2_tables_under_the_cap_do_not_evict_each_other_when_ready_is_slow() {
     s.submit(t(1_000), b, vec![0u8; 5], token(2)).unwrap();
     // The service answers READY after 12 s (well inside the 30 s open timeout).
     let slow = Duration::from_secs(12);
-    let (confirmed, opens) = drive(&mut s, t(1_000), t(600_000), slow, Duration::from_millis(200));
+    let (confirmed, opens) = drive(
+        &mut s,
+        t(1_000),
+        t(600_000),
+        slow,
+        Duration::from_millis(200),
+    );
     // Before the fix: 0 of 2 confirmed in 600 s, 122 streams opened, 60 evictions.
     let mut confirmed = confirmed;
     confirmed.sort_unstable();
@@ -221,7 +232,11 @@ fn bug_4_deadlines_are_always_in_the_future() {
     s.submit(t(0), table, vec![0u8; 6], token(1)).unwrap();
     let out = drain(&mut s, t(0));
     let (_, conn, ..) = sends(&out)[0];
-    apply(&mut s, t(0), Input::rotate(conn, Duration::from_millis(482)));
+    apply(
+        &mut s,
+        t(0),
+        Input::rotate(conn, Duration::from_millis(482)),
+    );
     assert_eq!(
         transcript(&drain_raw(&mut s, t(0))),
         [format!("Close({conn}, graceful: true)")]
@@ -255,15 +270,26 @@ fn bug_5_a_graceful_close_is_a_half_close_not_a_claim_of_durability() {
     s.submit(t(0), table, vec![0u8; 3], token(1)).unwrap();
     let out = drain(&mut s, t(0));
     let (_, conn, ..) = sends(&out)[0];
-    apply(&mut s, t(1), Input::rotate(conn, Duration::from_millis(600)));
+    apply(
+        &mut s,
+        t(1),
+        Input::rotate(conn, Duration::from_millis(600)),
+    );
     let out = drain_raw(&mut s, t(101));
     assert_eq!(transcript(&out), [format!("Close({conn}, graceful: true)")]);
-    assert_eq!(s.watermarks().delivered, 0, "nothing was durable at the half-close");
+    assert_eq!(
+        s.watermarks().delivered,
+        0,
+        "nothing was durable at the half-close"
+    );
     apply(&mut s, t(102), Input::Closed { conn });
     let out = drain(&mut s, t(102));
     // The contract the docs now state: a half-closed call ends with a `Close` that is not
     // graceful once the core stops listening to it (the old core just forgot it).
-    assert_eq!(transcript(&out[..1]), [format!("Close({conn}, graceful: false)")]);
+    assert_eq!(
+        transcript(&out[..1]),
+        [format!("Close({conn}, graceful: false)")]
+    );
     assert_eq!(sends(&out).len(), 1, "the unacked batch is replayed");
 }
 
@@ -336,7 +362,11 @@ fn the_first_response_decides_ready_by_its_offset_alone() {
         ),
         Handled::Applied
     );
-    assert_eq!(s.metrics().rotations, 0, "the close field on READY is ignored");
+    assert_eq!(
+        s.metrics().rotations,
+        0,
+        "the close field on READY is ignored"
+    );
     // A second READY changes nothing.
     assert_eq!(
         s.handle(t(0), Input::ready(conn)),
@@ -363,7 +393,10 @@ fn the_first_response_decides_ready_by_its_offset_alone() {
     };
     apply(&mut s, t(0), Input::Closed { conn });
     assert_eq!(s.metrics().transient_failures, 1);
-    assert!(failed(drain_raw(&mut s, t(0))).is_empty(), "nothing handed back");
+    assert!(
+        failed(drain_raw(&mut s, t(0))).is_empty(),
+        "nothing handed back"
+    );
 }
 
 trait TimeoutOf {

@@ -155,3 +155,24 @@ fn fuzz_a_rotation_half_close_then_a_late_ack_after_the_core_forgot_the_call() {
     assert_eq!(run.coverage.rotations, 1);
     assert_eq!(run.tally.admitted, run.tally.confirmed + run.tally.failed);
 }
+
+/// Writes the fuzz target's seed corpus: the byte form of 64 generated schedules and of every
+/// regression above, so that a fuzz run starts from schedules that already reach rotations,
+/// evictions and retry budgets. Run once, then minimise with `cargo fuzz cmin` (docs/testing.md):
+/// `cargo test -p zerobus-sink-testkit --test fuzz_regressions write_seed_corpus -- --ignored`.
+#[test]
+#[ignore = "writes fuzz/corpus/ack_window; run by hand (docs/testing.md)"]
+fn write_seed_corpus() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/ack_window");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut g = Gen::new(200);
+    for i in 0..64 {
+        let ops: Vec<Op> = Arbitrary::arbitrary(&mut g);
+        std::fs::write(dir.join(format!("generated-{i:02}")), Op::encode_all(&ops)).unwrap();
+    }
+    let crash = [
+        11, 24, 11, 11, 11, 11, 11, 22, 1, 2, 66, 2, 2, 52, 170, 182, 0, 130, 0, 0, 0, 2, 170, 68,
+        68, 0,
+    ];
+    std::fs::write(dir.join("regression-rotation-forgotten-call"), crash).unwrap();
+}

@@ -3,7 +3,7 @@
 //! (1, 2, 4), at two ack latencies. Reported as ratios from one run (the machine is noisy):
 //!
 //! ```text
-//! cargo bench -p zerobus-sink-tokio --bench loopback
+//! cargo bench -p zerobus-sink-conformance --bench loopback
 //! ```
 
 use std::sync::Arc;
