@@ -393,14 +393,28 @@ pub enum FailureReason {
     },
     /// The slot failed more consecutive times than the retry budget allows; the last failure
     /// is named.
-    #[error("{slot}: retry budget of {attempts} attempts spent; last failure: {last}")]
+    #[error(
+        "{slot}: {attempts} failed attempts in a row, past the retry budget of {max_attempts} retries (retry.max_attempts); last failure: {last}"
+    )]
     RetryBudgetSpent {
         /// The slot.
         slot: SlotId,
-        /// Attempts made.
+        /// Failed attempts in a row.
         attempts: u32,
+        /// The configured retry budget (`RetryPolicy::max_attempts`).
+        max_attempts: u32,
         /// The last failure.
         last: Box<FailureReason>,
+    },
+    /// The batch was never admitted (for example a resubmission refused because the sink is
+    /// closing, or a send whose future was dropped before its refusal could be returned): it
+    /// comes back here so that its token is never lost.
+    #[error("{table}: not admitted: {reason}")]
+    NotAdmitted {
+        /// The table.
+        table: TableId,
+        /// Why the core refused it.
+        reason: RejectReason,
     },
     /// The table failed fatally (permission, not found, invalid argument, schema rejected, or
     /// credentials refused after one refresh).

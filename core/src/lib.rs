@@ -153,6 +153,7 @@ mod sink;
 mod sizing;
 mod table;
 mod time;
+mod tracker;
 mod window;
 
 pub use batch::Batch;
@@ -172,6 +173,7 @@ pub use sink::{Admitted, SinkCore};
 pub use sizing::{PoolSizing, SizedPool};
 pub use table::{Route, TableSpec};
 pub use time::Time;
+pub use tracker::{SourceTracker, TrackerError};
 pub use window::InFlight;
 
 // The README's examples are compiled as doctests of `zerobus-sink-tokio`, which sees both the

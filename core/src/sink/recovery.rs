@@ -189,6 +189,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let spent = FailureReason::RetryBudgetSpent {
                 slot,
                 attempts: window.failures,
+                max_attempts: policy.max_attempts,
                 last: Box::new(reason.clone()),
             };
             if let Some(failed) = window.fail_all(spent) {
@@ -213,6 +214,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let spent = FailureReason::RetryBudgetSpent {
                 slot,
                 attempts,
+                max_attempts: policy.max_attempts,
                 last: Box::new(reason),
             };
             if let Some(failed) = self.fail_unassigned(table, spent) {
