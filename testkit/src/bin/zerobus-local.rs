@@ -5,7 +5,8 @@
 //!               [--max-messages-per-ack 0] [--max-streams-per-table N]
 //! ```
 //! Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). Ctrl-C stops
-//! it and prints what it stored.
+//! it and prints its counters (never a bearer token). A restart on the same `--wal-dir` serves
+//! what was logged before, and counts it.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -13,12 +14,23 @@ use std::time::Duration;
 
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 
+const USAGE: &str =
+    "usage: zerobus-local [--addr HOST:PORT] [--wal-dir DIR] [--ack-latency-ms MS] \
+     [--max-messages-per-ack N] [--max-streams-per-table N]
+
+A loopback Zerobus (Arrow Flight) for local runs and tests. Acks only after its write-ahead log
+is synced; serves what an earlier run logged in the same --wal-dir. Ctrl-C prints its counters.
+
+  --addr HOST:PORT            where to listen (default 127.0.0.1:50051)
+  --wal-dir DIR               write-ahead logs, one per table (default ./zerobus-local-wal)
+  --ack-latency-ms MS         added time to durability (default 0)
+  --max-messages-per-ack N    at most N messages per ack (default 0: no limit)
+  --max-streams-per-table N   refuse streams beyond N per table with RESOURCE_EXHAUSTED
+  -h, --help                  this text";
+
 fn usage(error: &str) -> ExitCode {
     eprintln!("zerobus-local: {error}");
-    eprintln!(
-        "usage: zerobus-local [--addr HOST:PORT] [--wal-dir DIR] [--ack-latency-ms MS] \
-         [--max-messages-per-ack N] [--max-streams-per-table N]"
-    );
+    eprintln!("{USAGE}");
     ExitCode::from(2)
 }
 
@@ -29,7 +41,18 @@ async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
-            return usage("help");
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        const FLAGS: [&str; 5] = [
+            "--addr",
+            "--wal-dir",
+            "--ack-latency-ms",
+            "--max-messages-per-ack",
+            "--max-streams-per-table",
+        ];
+        if !FLAGS.contains(&flag.as_str()) {
+            return usage(&format!("unknown flag {flag:?}"));
         }
         let Some(value) = args.next() else {
             return usage(&format!("{flag} needs a value"));
@@ -53,7 +76,7 @@ async fn main() -> ExitCode {
             "--max-streams-per-table" => {
                 number().map(|n| config.max_streams_per_table = Some(n as usize))
             }
-            other => Err(format!("unknown flag {other}")),
+            other => Err(format!("unknown flag {other:?}")),
         };
         if let Err(e) = applied {
             return usage(&e);
@@ -66,8 +89,9 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let recovered = emulator.stats().recovered_messages;
     println!(
-        "zerobus-local listening on {} (WAL in {})",
+        "zerobus-local listening on {} (WAL in {}; {recovered} batches recovered from earlier runs)",
         emulator.url(),
         emulator.wal_dir().display()
     );

@@ -147,8 +147,9 @@ pub enum Fault {
     },
 }
 
-/// Counters, for assertions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Counters, for assertions. Its `Debug` shows how many bearer tokens were presented, never
+/// the tokens themselves.
+#[derive(Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
     /// `DoPut` calls received.
@@ -177,6 +178,33 @@ pub struct Stats {
     pub tokens: Vec<String>,
     /// Most streams open at once on one table.
     pub max_open_per_table: usize,
+    /// Batches found in the write-ahead logs at start (durable before a restart); included in
+    /// `messages` and `rows`.
+    pub recovered_messages: u64,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats")
+            .field("calls", &self.calls)
+            .field("ready", &self.ready)
+            .field("refused", &self.refused)
+            .field("messages", &self.messages)
+            .field("rows", &self.rows)
+            .field("recovered_messages", &self.recovered_messages)
+            .field("acks", &self.acks)
+            .field("codecs", &self.codecs)
+            .field("half_closes", &self.half_closes)
+            .field("resets", &self.resets)
+            .field("errors", &self.errors)
+            .field("user_agents", &self.user_agents)
+            .field(
+                "tokens",
+                &format_args!("{} presented (not shown)", self.tokens.len()),
+            )
+            .field("max_open_per_table", &self.max_open_per_table)
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -197,6 +225,8 @@ struct State {
 pub(crate) struct Shared {
     config: EmulatorConfig,
     state: Mutex<State>,
+    /// Every connection still open, so that [`Emulator::kill`] can cut them all.
+    switches: Mutex<Vec<socket::Watch>>,
     wals: tokio::sync::Mutex<BTreeMap<String, wal::Wal>>,
     /// Woken whenever the state may have changed (see [`Emulator::until`]).
     changed: tokio::sync::Notify,
@@ -283,9 +313,11 @@ impl Emulator {
         } else {
             "http"
         };
+        let state = recover(&config.wal_dir)?;
         let shared = Arc::new(Shared {
             config,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
+            switches: Mutex::new(Vec::new()),
             wals: tokio::sync::Mutex::new(BTreeMap::new()),
             changed: tokio::sync::Notify::new(),
         });
@@ -382,6 +414,28 @@ impl Emulator {
         }
     }
 
+    /// An outage: stops listening and cuts every connection at once (no status, no
+    /// trailers), as a crashed process would. What was acked is in the write-ahead logs; a new
+    /// emulator bound to the same address and directory serves it again.
+    pub fn kill(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        let switches = std::mem::take(
+            &mut *self
+                .shared
+                .switches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for s in switches {
+            s.kill();
+        }
+    }
+
     /// Stops accepting calls and waits for the server task to end.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -391,6 +445,32 @@ impl Emulator {
             let _ = task.await;
         }
     }
+}
+
+/// What the write-ahead logs under `dir` hold from earlier runs: every table's batches and
+/// the counters, so that stats and [`Emulator::batches`] survive a restart.
+fn recover(dir: &Path) -> io::Result<State> {
+    let mut state = State::default();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let (Some(stem), Some("wal")) = (
+            path.file_stem().and_then(|s| s.to_str()),
+            path.extension().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        let batches = wal::read(&path)?;
+        state.stats.recovered_messages += batches.len() as u64;
+        state.stats.messages += batches.len() as u64;
+        state.stats.rows += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        state
+            .tables
+            .entry(stem.to_owned())
+            .or_default()
+            .batches
+            .extend(batches);
+    }
+    Ok(state)
 }
 
 impl Drop for Emulator {

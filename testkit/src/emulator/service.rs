@@ -81,6 +81,14 @@ impl FlightService for Service {
                 .get::<tonic::transport::server::TlsConnectInfo<KillSwitch>>()
                 .map(|info| info.get_ref().clone())
         });
+        if let Some(s) = &switch {
+            let mut watched = shared
+                .switches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            watched.retain(super::socket::Watch::alive);
+            watched.push(s.watch());
+        }
         let table = header(&request, "x-databricks-zerobus-table-name").map(str::to_owned);
         let agent = header(&request, "user-agent").map(str::to_owned);
         let token = header(&request, "authorization")

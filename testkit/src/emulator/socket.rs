@@ -26,6 +26,29 @@ impl KillSwitch {
         // An error here means the socket is already gone, which is what we wanted.
         let _ = self.socket.shutdown(Shutdown::Both);
     }
+
+    /// A handle that does not keep the socket open: it can cut it while the connection lives.
+    pub(crate) fn watch(&self) -> Watch {
+        Watch(Arc::downgrade(&self.socket))
+    }
+}
+
+/// A weak [`KillSwitch`], for cutting every live connection at once.
+#[derive(Debug, Clone)]
+pub(crate) struct Watch(std::sync::Weak<std::net::TcpStream>);
+
+impl Watch {
+    /// Whether the connection is still open.
+    pub(crate) fn alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Cuts the connection if it is still open.
+    pub(crate) fn kill(&self) {
+        if let Some(socket) = self.0.upgrade() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
 }
 
 /// An accepted connection with its kill switch.
