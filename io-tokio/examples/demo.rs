@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use zerobus_sink::{
-    Batch, Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, TableSpec, Token,
-};
+use std::sync::Mutex;
+
+use zerobus_sink::{Batch, Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
 
@@ -39,20 +39,25 @@ fn orders(schema: &SchemaRef, start: i64, n: i64) -> RecordBatch {
     RecordBatch::try_new(schema.clone(), vec![ids, customers, amounts]).expect("valid batch")
 }
 
-/// The "source": remembers the highest committed order id, as a Kafka consumer would commit.
-#[derive(Default)]
+/// The "source": commits, as a Kafka consumer would, only the unbroken durable run the tracker
+/// gives back; a batch the sink gives up on (after its own resubmissions) stops the demo.
+#[derive(Clone, Default)]
 struct Source {
-    committed: i64,
-    handed_back: u64,
+    tracker: Arc<Mutex<SourceTracker>>,
+    fatal: Arc<Mutex<Option<String>>>,
 }
 
 impl Confirmer<Raw> for Source {
     fn confirmed(&mut self, _table: &str, c: Confirmation<Raw>) {
-        self.committed = self.committed.max(c.commit().offset);
+        if let Err(e) = self.tracker.lock().expect("tracker").confirm(c) {
+            *self.fatal.lock().expect("fatal") = Some(e.to_string());
+        }
     }
     fn failed(&mut self, table: &str, b: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
-        self.handed_back += 1;
-        eprintln!("{table}: {} rows handed back: {why}", b.batch.num_rows());
+        *self.fatal.lock().expect("fatal") = Some(format!(
+            "{table}: {} rows not durable: {why}",
+            b.batch.num_rows()
+        ));
     }
 }
 
@@ -81,14 +86,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let schema = schema();
-    let table = TableDef {
-        spec: TableSpec::new(TABLE).sizing(PoolSizing::fixed(streams)),
-        schema: schema.clone(),
-    };
+    let table = TableDef::new(TABLE, schema.clone()).streams(streams);
+    let source = Source::default();
     let mut sink = ZerobusSink::<Raw>::start(
         ZerobusConfig::new(emulator.url()),
         vec![table],
-        Source::default(),
+        source.clone(),
     )?;
     let id = sink.table(TABLE).expect("registered");
 
@@ -100,10 +103,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let n = batch_rows.min(rows - start);
         let batch = orders(&schema, start, n);
         bytes += Batch::bytes(&batch);
+        if let Some(why) = source.fatal.lock().expect("fatal").take() {
+            return Err(why.into());
+        }
+        let token = source
+            .tracker
+            .lock()
+            .expect("tracker")
+            .read("orders", 0, start + n - 1, 1)?
+            .pop()
+            .expect("one token");
         // Fire-and-forget: the receipt is dropped; the token reaches the confirmer.
-        let _receipt = sink
-            .send(id, batch, Token::raw("orders", 0, start + n - 1))
-            .await?;
+        let _receipt = sink.send(id, batch, token).await?;
         start += n;
         if last_progress.elapsed() >= Duration::from_millis(500) {
             last_progress = Instant::now();
@@ -123,9 +134,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs = started.elapsed().as_secs_f64();
     let stats = emulator.stats();
     println!("summary:");
+    let committed = source
+        .tracker
+        .lock()
+        .expect("tracker")
+        .committed("orders", 0);
     println!(
-        "  rows durable     {} of {rows} ({} handed back)",
-        report.rows, report.failed_batches
+        "  rows durable     {} of {rows} ({} handed back); source committed through offset {}",
+        report.rows,
+        report.failed_batches,
+        committed.map_or("-".into(), |c| c.to_string())
     );
     println!(
         "  throughput       {:.1} MB/s (Arrow bytes), {:.0} rows/s, {secs:.2} s",
@@ -153,8 +171,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     emulator.shutdown().await;
     let _ = std::fs::remove_dir_all(&wal);
-    if report.rows != rows as u64 {
-        return Err(format!("only {} of {rows} rows were confirmed", report.rows).into());
+    if report.rows != rows as u64 || committed != Some(rows - 1) {
+        return Err(format!(
+            "only {} of {rows} rows were confirmed (committed {committed:?})",
+            report.rows
+        )
+        .into());
     }
     Ok(())
 }

@@ -124,6 +124,22 @@ fn transport(message: impl Into<String>) -> StreamError {
     }
 }
 
+/// An error and every error under it, `: `-separated, so that the root cause (connection
+/// refused, a certificate, a name that does not resolve) is in the message.
+fn chain<E: std::error::Error>(error: &E) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let next = e.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = e.source();
+    }
+    text
+}
+
 async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
     let mut endpoint = Endpoint::from_shared(shared.endpoint.clone())
         .map_err(|e| transport(format!("bad endpoint {}: {e}", shared.endpoint)))?
@@ -144,7 +160,7 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
     endpoint
         .connect()
         .await
-        .map_err(|e| transport(format!("connect to {}: {e}", shared.endpoint)))
+        .map_err(|e| transport(format!("connect to {}: {}", shared.endpoint, chain(&e))))
 }
 
 /// Runs the call; returns the input that ends it.

@@ -1,8 +1,10 @@
 //! The driver: the one task that owns the core. It feeds the core submits, connection events
 //! and the time, and performs what the core asks (open, send, close, confirm, fail, invalidate
-//! credentials). Connections run in their own tasks ([`crate::conn`]).
+//! credentials). Connections run in their own tasks ([`crate::conn`]). Batches the core hands
+//! back for a reason a later attempt can fix are submitted again here, as the
+//! [`ResubmitPolicy`] says, before the confirmer hears of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,21 +12,25 @@ use arrow_array::RecordBatch;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zerobus_sink::{
-    Admitted, Batch, ConnId, FailedBatch, Handled, Ignored, Input, Lane, LogicalOffset, Output,
-    RejectReason, Route, SinkCore, SlotId, TableId, Time, Token,
+    Admitted, Batch, ConnId, FailedBatch, FailureReason, Handled, Ignored, Input, Lane,
+    LogicalOffset, Output, RejectReason, Route, SinkCore, SlotId, TableId, Time, Token,
 };
 
+use crate::command::{Control, Submit};
+use crate::config::ResubmitPolicy;
+use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::error::{DeliveryError, FlushError, SendError};
+use crate::health::Health;
 use crate::receipt::{Delivered, Receipt};
 use crate::report::Report;
-use crate::sink::Confirmer;
 
-/// A batch with the id of its receipt; slices keep the id.
+/// A batch with the id of its receipt and its route; slices keep both.
 #[derive(Clone, Debug)]
 pub(crate) struct Tagged {
     pub(crate) batch: RecordBatch,
     pub(crate) id: u64,
+    pub(crate) route: Route,
 }
 
 impl Batch for Tagged {
@@ -38,77 +44,87 @@ impl Batch for Tagged {
         Tagged {
             batch: Batch::slice(&self.batch, offset, len),
             id: self.id,
+            route: self.route,
         }
     }
 }
 
-pub(crate) struct Submit<L: Lane> {
-    pub(crate) route: Route,
-    pub(crate) batch: RecordBatch,
-    pub(crate) token: Token<L>,
-    pub(crate) reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
+/// A handed-back batch waiting to be submitted again.
+struct Again<L: Lane> {
+    batch: Tagged,
+    token: Token<L>,
+    reason: FailureReason,
+    durable_rows: u64,
 }
 
-/// From the handle to the driver.
-pub(crate) enum Command<L: Lane> {
-    Submit(Submit<L>),
-    Flush(oneshot::Sender<Result<(), FlushError>>),
-    Report(oneshot::Sender<Report>),
-    Close {
-        within: Duration,
-        reply: oneshot::Sender<Report>,
-    },
-}
-
-pub(crate) struct Driver<L: Lane, C> {
+/// What the driver needs at start; see [`Driver::new`].
+pub(crate) struct Parts<L: Lane, C> {
     pub(crate) core: SinkCore<L, Tagged>,
     pub(crate) confirmer: C,
     pub(crate) shared: Arc<conn::Shared>,
     pub(crate) tables: Vec<Arc<TableWire>>,
-    pub(crate) commands: mpsc::Receiver<Command<L>>,
-    pub(crate) epoch: Instant,
+    pub(crate) submits: mpsc::Receiver<Submit<L>>,
+    pub(crate) control: mpsc::UnboundedReceiver<Control>,
+    pub(crate) resubmit: ResubmitPolicy,
+}
+
+pub(crate) struct Driver<L: Lane, C> {
+    core: SinkCore<L, Tagged>,
+    confirmer: C,
+    shared: Arc<conn::Shared>,
+    tables: Vec<Arc<TableWire>>,
+    submits: mpsc::Receiver<Submit<L>>,
+    control: mpsc::UnboundedReceiver<Control>,
+    resubmit: ResubmitPolicy,
+    epoch: Instant,
     conns: HashMap<ConnId<L>, conn::Handle>,
     events_tx: mpsc::UnboundedSender<Input<L>>,
     events: mpsc::UnboundedReceiver<Input<L>>,
     receipts: HashMap<u64, oneshot::Sender<Result<Delivered, DeliveryError>>>,
     sent: HashMap<(SlotId, LogicalOffset), u64>,
+    /// Resubmissions so far and rows already durable (prefixes sliced off on earlier
+    /// attempts), per receipt id.
+    attempts: HashMap<u64, (u32, u64)>,
+    /// Handed-back batches to submit again, by due time (and a sequence number).
+    again: BTreeMap<(Instant, u64), Again<L>>,
     next_id: u64,
     blocked: Option<Submit<L>>,
     flushes: Vec<oneshot::Sender<Result<(), FlushError>>>,
     failed_since_flush: u64,
     closing: Option<oneshot::Sender<Report>>,
     handle_gone: bool,
+    health: Health,
     report: Report,
 }
 
 impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
-    pub(crate) fn new(
-        core: SinkCore<L, Tagged>,
-        confirmer: C,
-        shared: Arc<conn::Shared>,
-        tables: Vec<Arc<TableWire>>,
-        commands: mpsc::Receiver<Command<L>>,
-    ) -> Driver<L, C> {
+    pub(crate) fn new(parts: Parts<L, C>) -> Driver<L, C> {
         let (events_tx, events) = mpsc::unbounded_channel();
+        let report = Report::for_tables(parts.tables.iter().map(|t| t.name.clone()));
         Driver {
-            core,
-            confirmer,
-            shared,
-            tables,
-            commands,
+            core: parts.core,
+            confirmer: parts.confirmer,
+            shared: parts.shared,
+            tables: parts.tables,
+            submits: parts.submits,
+            control: parts.control,
+            resubmit: parts.resubmit,
             epoch: Instant::now(),
             conns: HashMap::new(),
             events_tx,
             events,
             receipts: HashMap::new(),
             sent: HashMap::new(),
+            attempts: HashMap::new(),
+            again: BTreeMap::new(),
             next_id: 0,
             blocked: None,
             flushes: Vec::new(),
             failed_since_flush: 0,
             closing: None,
             handle_gone: false,
-            report: Report::default(),
+            health: Health::default(),
+            report,
         }
     }
 
@@ -125,40 +141,41 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         self.tables.get(table.index()).cloned()
     }
 
+    fn table_name(&self, table: TableId) -> String {
+        self.wire(table)
+            .map_or_else(|| table.to_string(), |w| w.name.clone())
+    }
+
     /// Runs until the sink is closed (by `close`, or because the handle was dropped).
     pub(crate) async fn run(mut self) {
         loop {
             let now = self.now();
             self.retry_blocked(now);
+            self.resubmit_due(now);
             let wake = self.drain(now);
             self.settle_flushes();
             if (self.closing.is_some() || self.handle_gone) && self.core.is_closed() {
                 break;
             }
-            let accepting = self.blocked.is_none() && !self.handle_gone;
-            let at = wake.map(|t| self.instant(t));
+            let accepting = self.blocked.is_none() && !self.handle_gone && self.closing.is_none();
+            let wake = wake.map(|t| self.instant(t));
+            let again = self.again.keys().next().map(|(at, _)| *at);
+            let at = match (wake, again) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
-                Some(input) = self.events.recv() => {
-                    let now = self.now();
-                    let conn = input.conn();
-                    match self.core.handle(now, input) {
-                        Handled::Violation(e) => {
-                            tracing::warn!(error = %e, %conn, "protocol violation");
-                        }
-                        Handled::Ignored(Ignored::Unreadable { reason }) => {
-                            tracing::warn!(%reason, %conn, "ignoring a PutResult");
-                        }
-                        Handled::Ignored(why) => tracing::trace!(?why, %conn, "input ignored"),
-                        _ => {}
-                    }
-                }
-                command = self.commands.recv(), if accepting => match command {
-                    Some(c) => self.command(c),
-                    None => {
-                        self.handle_gone = true;
+                Some(input) = self.events.recv() => self.input(input),
+                control = self.control.recv(), if !self.handle_gone => match control {
+                    Some(c) => self.control(c),
+                    None => self.handle_dropped(),
+                },
+                submit = self.submits.recv(), if accepting => match submit {
+                    Some(s) => {
                         let now = self.now();
-                        self.core.close(now, now + Duration::from_secs(30));
+                        self.submit(now, s);
                     }
+                    None => self.handle_dropped(),
                 },
                 () = sleep(at) => {}
             }
@@ -175,17 +192,47 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         }
     }
 
-    fn command(&mut self, command: Command<L>) {
+    fn handle_dropped(&mut self) {
+        if !self.handle_gone {
+            self.handle_gone = true;
+            let now = self.now();
+            self.core.close(now, now + Duration::from_secs(30));
+            self.fail_resubmissions();
+        }
+    }
+
+    fn input(&mut self, input: Input<L>) {
         let now = self.now();
-        match command {
-            Command::Submit(s) => self.submit(now, s),
-            Command::Flush(reply) => self.flushes.push(reply),
-            Command::Report(reply) => {
+        let conn = input.conn();
+        let table = self.core.slot_table(conn.slot());
+        let name = table.map(|t| self.table_name(t)).unwrap_or_default();
+        self.health.before(&name, &input);
+        let ready = matches!(&input, Input::Result { result, .. } if result.ack_up_to_offset == -1);
+        match self.core.handle(now, input) {
+            Handled::Violation(e) => tracing::warn!(error = %e, %conn, "protocol violation"),
+            Handled::Ignored(Ignored::Unreadable { reason }) => {
+                tracing::warn!(%reason, %conn, "ignoring a PutResult");
+            }
+            Handled::Ignored(why) => tracing::trace!(?why, %conn, "input ignored"),
+            Handled::Applied if ready => self.health.ready(&name, conn),
+            _ => {}
+        }
+    }
+
+    fn control(&mut self, control: Control) {
+        let now = self.now();
+        match control {
+            Control::Flush(reply) => self.flushes.push(reply),
+            Control::Report(reply) => {
                 let _ = reply.send(self.snapshot());
             }
-            Command::Close { within, reply } => {
+            Control::Close { within, reply } => {
                 self.core.close(now, now + within);
                 self.closing = Some(reply);
+                // A send waiting for room will not get it: it is refused as closed, and the
+                // batches waiting for resubmission are handed back.
+                self.retry_blocked(now);
+                self.fail_resubmissions();
             }
         }
     }
@@ -193,16 +240,21 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
     fn submit(&mut self, now: Time, s: Submit<L>) {
         let id = self.next_id;
         self.next_id += 1;
-        let tagged = Tagged { batch: s.batch, id };
+        let tagged = Tagged {
+            batch: s.batch,
+            id,
+            route: s.route,
+        };
         match self.core.submit(now, s.route, tagged, s.token) {
             Ok(Admitted { table, seq }) => {
                 let (tx, rx) = oneshot::channel();
                 self.receipts.insert(id, tx);
+                // If the sender has given up waiting, the token still reaches the confirmer.
                 let _ = s.reply.send(Ok(Receipt::new(table, seq, rx)));
             }
             Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
-                // The backpressure: hold the send (and stop taking commands) until the window
-                // has room.
+                // The backpressure: hold the send (and stop taking submits) until the window
+                // has room. Reports, flushes and closes still get through.
                 self.blocked = Some(Submit {
                     route: s.route,
                     batch: rejected.batch.batch,
@@ -211,11 +263,23 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 });
             }
             Err(rejected) => {
-                let _ = s.reply.send(Err(SendError::Rejected {
+                let error = SendError::Rejected {
                     reason: rejected.reason,
                     batch: rejected.batch.batch,
                     token: rejected.token,
-                }));
+                };
+                if let Err(Err(SendError::Rejected {
+                    reason,
+                    batch,
+                    token,
+                })) = s.reply.send(Err(error))
+                {
+                    // Nobody waits for the answer (the send future was dropped): the batch
+                    // must not vanish with its token.
+                    let table = s.route.table();
+                    let reason = FailureReason::NotAdmitted { table, reason };
+                    self.hand_over(table, batch, token, 0, None, &reason);
+                }
             }
         }
     }
@@ -226,8 +290,73 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         }
     }
 
+    /// Submits the handed-back batches whose wait is over, in due order, while the windows
+    /// take them.
+    fn resubmit_due(&mut self, now: Time) {
+        let due = Instant::now();
+        while let Some(entry) = self.again.first_entry() {
+            if entry.key().0 > due || self.closing.is_some() {
+                break;
+            }
+            let (key, again) = entry.remove_entry();
+            let route = again.batch.route;
+            match self.core.submit(now, route, again.batch, again.token) {
+                Ok(_) => self.report.resubmitted(route.table()),
+                Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
+                    // Not now: keep its place at the front and try again after confirmations.
+                    self.again.insert(
+                        key,
+                        Again {
+                            batch: rejected.batch,
+                            token: rejected.token,
+                            ..again
+                        },
+                    );
+                    break;
+                }
+                Err(rejected) => {
+                    let table = route.table();
+                    let reason = FailureReason::NotAdmitted {
+                        table,
+                        reason: rejected.reason,
+                    };
+                    let id = rejected.batch.id;
+                    let batch = rejected.batch.batch;
+                    self.hand_over(
+                        table,
+                        batch,
+                        rejected.token,
+                        again.durable_rows,
+                        Some(id),
+                        &reason,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Hands every batch waiting for resubmission to the confirmer (the sink is closing).
+    fn fail_resubmissions(&mut self) {
+        while let Some((_, again)) = self.again.pop_first() {
+            let table = again.batch.route.table();
+            let id = again.batch.id;
+            self.hand_over(
+                table,
+                again.batch.batch,
+                again.token,
+                again.durable_rows,
+                Some(id),
+                &again.reason,
+            );
+        }
+    }
+
     fn settle_flushes(&mut self) {
-        if self.receipts.is_empty() && self.blocked.is_none() && !self.flushes.is_empty() {
+        if self.receipts.is_empty()
+            && self.blocked.is_none()
+            && self.again.is_empty()
+            && !self.flushes.is_empty()
+        {
             let failed = std::mem::take(&mut self.failed_since_flush);
             for f in self.flushes.drain(..) {
                 let _ = f.send(if failed == 0 {
@@ -245,7 +374,46 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
         r.metrics = self.core.metrics().clone();
         r.watermarks = self.core.watermarks();
         r.open_streams = self.core.open_streams();
+        r.waiting_to_resubmit = self.again.len();
         r
+    }
+
+    /// Whether a hand-back for `reason` is worth another attempt: a slot spent its retry
+    /// budget (an outage), not a final verdict on the batch or the table.
+    fn transient(reason: &FailureReason) -> bool {
+        matches!(reason, FailureReason::RetryBudgetSpent { .. })
+    }
+
+    /// A batch will not be confirmed: its receipt fails and the confirmer gets it.
+    fn hand_over(
+        &mut self,
+        table: TableId,
+        batch: RecordBatch,
+        token: Token<L>,
+        durable_rows: u64,
+        id: Option<u64>,
+        reason: &FailureReason,
+    ) {
+        let name = self.table_name(table);
+        self.report.failed(table);
+        self.failed_since_flush += 1;
+        let failed = FailedBatch {
+            offset: None,
+            batch,
+            token,
+            durable_rows,
+        };
+        // The confirmer first: when a receipt resolves, the confirmer has heard.
+        self.confirmer.failed(&name, failed, reason);
+        if let Some(tx) = id.and_then(|id| self.receipts.remove(&id)) {
+            let _ = tx.send(Err(DeliveryError::Failed {
+                reason: reason.clone(),
+                durable_rows,
+            }));
+        }
+        if let Some(id) = id {
+            self.attempts.remove(&id);
+        }
     }
 
     /// Performs the core's outputs until it has nothing to do; returns when to wake it.
@@ -281,51 +449,28 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                     }
                 }
                 Output::Confirmed(burst) => {
-                    let wire = self.wire(burst.table());
-                    let name = wire.as_deref().map_or("?", |w| w.name.as_str());
+                    let table = burst.table();
+                    let name = self.table_name(table);
                     for c in burst {
-                        if let Some(tx) = self
-                            .sent
-                            .remove(&(c.slot(), c.offset()))
-                            .and_then(|id| self.receipts.remove(&id))
-                        {
-                            let _ = tx.send(Ok(Delivered {
-                                slot: c.slot(),
-                                offset: c.offset(),
-                                rows: c.rows(),
-                                latency: c.confirmed_at().saturating_since(c.submitted_at()),
-                            }));
-                        }
-                        self.report.rows += c.rows();
-                        self.report.batches += 1;
-                        self.confirmer.confirmed(name, c);
-                    }
-                }
-                Output::Failed(failed) => {
-                    let wire = self.wire(failed.table);
-                    let name = wire.as_deref().map_or("?", |w| w.name.as_str());
-                    tracing::warn!(table = %name, reason = %failed.reason, batches = failed.batches.len(), "batches handed back");
-                    for b in failed.batches {
-                        if let (Some(slot), Some(offset)) = (failed.slot, b.offset) {
-                            self.sent.remove(&(slot, offset));
-                        }
-                        if let Some(tx) = self.receipts.remove(&b.batch.id) {
-                            let _ = tx.send(Err(DeliveryError::Failed {
-                                reason: failed.reason.clone(),
-                                durable_rows: b.durable_rows,
-                            }));
-                        }
-                        self.report.failed_batches += 1;
-                        self.failed_since_flush += 1;
-                        let batch = FailedBatch {
-                            offset: b.offset,
-                            batch: b.batch.batch,
-                            token: b.token,
-                            durable_rows: b.durable_rows,
+                        let id = self.sent.remove(&(c.slot(), c.offset()));
+                        let delivered = Delivered {
+                            slot: c.slot(),
+                            offset: c.offset(),
+                            rows: c.rows(),
+                            latency: c.confirmed_at().saturating_since(c.submitted_at()),
                         };
-                        self.confirmer.failed(name, batch, &failed.reason);
+                        self.report.confirmed(table, c.rows());
+                        // The confirmer first: when a receipt resolves, the confirmer has heard.
+                        self.confirmer.confirmed(&name, c);
+                        if let Some(tx) = id.and_then(|id| self.receipts.remove(&id)) {
+                            let _ = tx.send(Ok(delivered));
+                        }
+                        if let Some(id) = id {
+                            self.attempts.remove(&id);
+                        }
                     }
                 }
+                Output::Failed(failed) => self.failed(failed),
                 Output::InvalidateCredentials { table } => {
                     if let Some(wire) = self.wire(table) {
                         self.shared.tokens.invalidate(&wire.name);
@@ -333,6 +478,51 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 }
                 Output::Timeout(at) => return at,
                 _ => {}
+            }
+        }
+    }
+
+    /// Batches handed back: transient ones wait to be submitted again, the rest (and those out
+    /// of attempts) go to the confirmer.
+    fn failed(&mut self, failed: zerobus_sink::Failed<L, Tagged>) {
+        let name = self.table_name(failed.table);
+        let retry = Self::transient(&failed.reason);
+        tracing::warn!(
+            table = %name,
+            reason = %failed.reason,
+            batches = failed.batches.len(),
+            resubmitting = retry,
+            "batches handed back"
+        );
+        for b in failed.batches {
+            if let (Some(slot), Some(offset)) = (failed.slot, b.offset) {
+                self.sent.remove(&(slot, offset));
+            }
+            let id = b.batch.id;
+            let (attempts, durable) = self.attempts.entry(id).or_default();
+            *durable += b.durable_rows;
+            let durable_rows = *durable;
+            if retry && *attempts < self.resubmit.max_attempts && self.closing.is_none() {
+                *attempts += 1;
+                let due = Instant::now() + self.resubmit.backoff * *attempts;
+                let again = Again {
+                    batch: b.batch,
+                    token: b.token,
+                    reason: failed.reason.clone(),
+                    durable_rows,
+                };
+                let seq = self.next_id;
+                self.next_id += 1;
+                self.again.insert((due, seq), again);
+            } else {
+                self.hand_over(
+                    failed.table,
+                    b.batch.batch,
+                    b.token,
+                    durable_rows,
+                    Some(id),
+                    &failed.reason,
+                );
             }
         }
     }

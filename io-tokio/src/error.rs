@@ -12,6 +12,14 @@ pub enum StartError {
     /// `start` was called outside a tokio runtime (the sink never builds its own).
     #[error("ZerobusSink::start must be called from within a tokio runtime")]
     NoRuntime,
+    /// The endpoint is not usable.
+    #[error("endpoint {endpoint:?} {reason}")]
+    Endpoint {
+        /// The endpoint given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The core configuration is invalid.
     #[error("invalid sink configuration: {0}")]
     Config(#[from] ConfigError),

@@ -7,19 +7,23 @@
 //! ([`ZerobusSink`]'s driver); each stream runs in its own task.
 //!
 //! ```no_run
-//! use std::sync::Arc;
+//! use std::sync::{Arc, Mutex};
 //! use std::time::Duration;
 //! use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-//! use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
+//! use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
 //! use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
 //!
-//! struct Commit(Vec<i64>);
+//! #[derive(Clone, Default)]
+//! struct Commit(Arc<Mutex<SourceTracker>>);
 //! impl Confirmer<Raw> for Commit {
 //!     fn confirmed(&mut self, _table: &str, c: Confirmation<Raw>) {
-//!         self.0.push(c.commit().offset); // durable: advance the source position
+//!         if let Ok(Some(p)) = self.0.lock().unwrap().confirm(c) {
+//!             println!("commit {}/{} through {}", p.topic, p.partition, p.offset);
+//!         }
 //!     }
 //!     fn failed(&mut self, table: &str, b: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
-//!         eprintln!("{table}: {} rows handed back: {why}", b.batch.num_rows());
+//!         // Final (the sink resubmitted what it could): stop the pipeline, never drop it.
+//!         panic!("{table}: {} rows not durable: {why}", b.batch.num_rows());
 //!     }
 //! }
 //!
@@ -28,9 +32,11 @@
 //! let batch = RecordBatch::try_from_iter([("id", ids)])?;
 //! let config = ZerobusConfig::new("http://127.0.0.1:50051");
 //! let table = TableDef::new("main.bronze.orders", batch.schema());
-//! let mut sink = ZerobusSink::<Raw>::start(config, vec![table], Commit(Vec::new()))?;
+//! let commit = Commit::default();
+//! let mut sink = ZerobusSink::<Raw>::start(config, vec![table], commit.clone())?;
 //! let orders = sink.table("main.bronze.orders").unwrap();
-//! let receipt = sink.send(orders, batch, Token::raw("orders", 0, 999)).await?;
+//! let token = commit.0.lock().unwrap().read("orders", 0, 999, 1)?.pop().unwrap();
+//! let receipt = sink.send(orders, batch, token).await?;
 //! receipt.await?; // optional: the token reaches the confirmer either way
 //! sink.flush().await?;
 //! println!("{}", sink.close(Duration::from_secs(30)).await);
@@ -74,20 +80,24 @@ pub struct ReadmeDoctests;
 pub mod lanes {}
 
 mod auth;
+mod command;
+mod config;
+mod confirmer;
 mod conn;
 mod driver;
 mod error;
+mod health;
 mod receipt;
 mod report;
+mod schema;
 mod sink;
 mod wire;
 
 pub use auth::{AuthError, Credentials, OAuth, Secret};
+pub use config::{ResubmitPolicy, TableDef, ZerobusConfig};
+pub use confirmer::Confirmer;
 pub use error::{DeliveryError, FlushError, SendError, StartError};
 pub use receipt::{Delivered, Receipt};
-pub use report::Report;
-pub use sink::{
-    BatchSink, CommitInfo, Confirmer, OffsetSpan, Positions, Sink, TableDef, TableWriter,
-    ZerobusConfig, ZerobusSink,
-};
+pub use report::{Report, TableReport};
+pub use sink::{BatchSink, CommitInfo, OffsetSpan, Positions, Sink, TableWriter, ZerobusSink};
 pub use wire::{Compression, MetadataError};

@@ -3,10 +3,26 @@
 use std::fmt;
 use std::time::Duration;
 
-use zerobus_sink::{Metrics, Watermarks};
+use zerobus_sink::{Metrics, TableId, Watermarks};
+
+/// One table's share of a [`Report`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableReport {
+    /// The table's name.
+    pub name: String,
+    /// Rows confirmed durable.
+    pub rows: u64,
+    /// Batches confirmed durable.
+    pub batches: u64,
+    /// Batches handed to the confirmer's `failed`.
+    pub failed_batches: u64,
+    /// Batches the sink submitted again after a transient hand-back.
+    pub resubmitted: u64,
+}
 
 /// Progress so far, or the summary at close.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Report {
     /// Since the sink started.
@@ -15,10 +31,14 @@ pub struct Report {
     pub rows: u64,
     /// Batches confirmed durable.
     pub batches: u64,
-    /// Batches handed back undelivered.
+    /// Batches handed to the confirmer's `failed`.
     pub failed_batches: u64,
+    /// Batches waiting to be submitted again.
+    pub waiting_to_resubmit: usize,
     /// Streams open now.
     pub open_streams: usize,
+    /// Per table, in order of registration.
+    pub tables: Vec<TableReport>,
     /// Submitted, delivered and failed counts.
     pub watermarks: Watermarks,
     /// The core's counters: coalesce ratio, pending depth, connections, rotations, failures.
@@ -26,6 +46,44 @@ pub struct Report {
 }
 
 impl Report {
+    pub(crate) fn for_tables(names: impl Iterator<Item = String>) -> Report {
+        Report {
+            tables: names
+                .map(|name| TableReport {
+                    name,
+                    ..TableReport::default()
+                })
+                .collect(),
+            ..Report::default()
+        }
+    }
+
+    fn table(&mut self, table: TableId) -> Option<&mut TableReport> {
+        self.tables.get_mut(table.index())
+    }
+
+    pub(crate) fn confirmed(&mut self, table: TableId, rows: u64) {
+        self.rows += rows;
+        self.batches += 1;
+        if let Some(t) = self.table(table) {
+            t.rows += rows;
+            t.batches += 1;
+        }
+    }
+
+    pub(crate) fn failed(&mut self, table: TableId) {
+        self.failed_batches += 1;
+        if let Some(t) = self.table(table) {
+            t.failed_batches += 1;
+        }
+    }
+
+    pub(crate) fn resubmitted(&mut self, table: TableId) {
+        if let Some(t) = self.table(table) {
+            t.resubmitted += 1;
+        }
+    }
+
     /// Durable rows per second.
     #[must_use]
     pub fn rows_per_sec(&self) -> f64 {
@@ -36,6 +94,33 @@ impl Report {
     #[must_use]
     pub fn rebuilds(&self, slots: u64) -> u64 {
         self.metrics.connections_opened.saturating_sub(slots)
+    }
+}
+
+/// A summary, not a dump: counts and the histograms' means and maxima.
+impl fmt::Debug for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.metrics;
+        f.debug_struct("Report")
+            .field("elapsed", &self.elapsed)
+            .field("rows", &self.rows)
+            .field("batches", &self.batches)
+            .field("failed_batches", &self.failed_batches)
+            .field("waiting_to_resubmit", &self.waiting_to_resubmit)
+            .field("open_streams", &self.open_streams)
+            .field("tables", &self.tables)
+            .field("watermarks", &self.watermarks)
+            .field("coalesce_mean", &m.coalesce.mean())
+            .field("coalesce_max", &m.coalesce.max())
+            .field("delivery_latency_us_mean", &m.delivery_latency_us.mean())
+            .field("delivery_latency_us_max", &m.delivery_latency_us.max())
+            .field("max_pending", &m.max_pending)
+            .field("connections_opened", &m.connections_opened)
+            .field("connections_failed", &m.connections_failed)
+            .field("poisoned", &m.poisoned)
+            .field("ack_timeouts", &m.ack_timeouts)
+            .field("rotations", &m.rotations)
+            .finish_non_exhaustive()
     }
 }
 
@@ -57,6 +142,30 @@ impl fmt::Display for Report {
             m.connections_opened,
             m.connections_failed,
             m.rotations,
-        )
+        )?;
+        for t in &self.tables {
+            write!(
+                f,
+                "\n  {}: {} rows in {} batches, {} failed, {} resubmitted",
+                t.name, t.rows, t.batches, t.failed_batches, t.resubmitted
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_is_a_summary_without_raw_histograms() {
+        let mut r = Report::for_tables(["main.a.b".to_owned()].into_iter());
+        r.metrics.coalesce.record(3);
+        r.confirmed(TableId::from_index(0), 10);
+        let debug = format!("{r:?}");
+        assert!(!debug.contains("buckets"), "{debug}");
+        assert!(debug.contains("coalesce_mean: Some(3.0)"), "{debug}");
+        assert!(format!("{r}").contains("main.a.b: 10 rows in 1 batches"));
     }
 }

@@ -1,135 +1,43 @@
-//! The handle: [`ZerobusSink`], its configuration, and the plan's `Sink` and `BatchSink` traits.
+//! The handle: [`ZerobusSink`], and the plan's `Sink` and `BatchSink` traits.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Schema, SchemaRef};
 use tokio::sync::{mpsc, oneshot};
-use zerobus_sink::{
-    Confirmation, FailedBatch, FailureReason, Lane, Route, SinkConfig, SinkCore, TableId,
-    TableSpec, Token,
-};
+use zerobus_sink::{Lane, Route, SinkCore, TableId, Token};
 
-use crate::auth::{Credentials, TokenSource};
+use crate::auth::TokenSource;
+use crate::command::{Control, Submit};
+use crate::config::{TableDef, ZerobusConfig};
+use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
-use crate::driver::{Command, Driver, Submit};
+use crate::driver::{Driver, Parts};
 use crate::error::{FlushError, SendError, StartError};
 use crate::receipt::Receipt;
 use crate::report::Report;
-use crate::wire::{self, Compression};
-
-/// Where and how to connect.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ZerobusConfig {
-    /// The Zerobus endpoint, `https://…` (TLS, webpki roots) or `http://…` (plaintext, for a
-    /// local emulator). Without a scheme, `https://` is assumed.
-    pub endpoint: String,
-    /// How connections authenticate.
-    pub credentials: Credentials,
-    /// IPC body compression (zstd by default, as the official client).
-    pub compression: Compression,
-    /// The core's configuration (windows, pool cap, timeouts, retries).
-    pub core: SinkConfig,
-    /// Appended to the user agent (`zerobus-sink-rs/<version> <application_name>`).
-    pub application_name: Option<String>,
-    /// An extra trust anchor (PEM) for `https` endpoints, e.g. a private CA in front of the
-    /// service; the webpki roots are trusted either way.
-    pub tls_ca_pem: Option<Vec<u8>>,
-}
-
-impl ZerobusConfig {
-    /// Defaults for `endpoint`: no credentials, zstd, the core's defaults.
-    #[must_use]
-    pub fn new(endpoint: impl Into<String>) -> ZerobusConfig {
-        let endpoint = endpoint.into();
-        let endpoint = if endpoint.contains("://") {
-            endpoint
-        } else {
-            format!("https://{endpoint}")
-        };
-        ZerobusConfig {
-            endpoint,
-            credentials: Credentials::None,
-            compression: Compression::default(),
-            core: SinkConfig::default(),
-            application_name: None,
-            tls_ca_pem: None,
-        }
-    }
-
-    /// Trusts this PEM certificate (a private CA) for `https` endpoints, besides the webpki roots.
-    #[must_use]
-    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> ZerobusConfig {
-        self.tls_ca_pem = Some(pem.into());
-        self
-    }
-
-    /// Sets the credentials.
-    #[must_use]
-    pub fn credentials(mut self, credentials: Credentials) -> ZerobusConfig {
-        self.credentials = credentials;
-        self
-    }
-
-    /// Sets the compression.
-    #[must_use]
-    pub fn compression(mut self, compression: Compression) -> ZerobusConfig {
-        self.compression = compression;
-        self
-    }
-
-    /// Sets the core configuration.
-    #[must_use]
-    pub fn core(mut self, core: SinkConfig) -> ZerobusConfig {
-        self.core = core;
-        self
-    }
-}
-
-/// A table the sink writes: its spec (name, pool sizing, ordering key) and its Arrow schema.
-#[derive(Debug, Clone)]
-pub struct TableDef {
-    /// Name, sizing and routing.
-    pub spec: TableSpec,
-    /// Every batch must have exactly this schema.
-    pub schema: SchemaRef,
-}
-
-impl TableDef {
-    /// A table named `catalog.schema.table` with this schema and default sizing.
-    #[must_use]
-    pub fn new(name: impl Into<String>, schema: SchemaRef) -> TableDef {
-        TableDef {
-            spec: TableSpec::new(name),
-            schema,
-        }
-    }
-}
-
-/// Receives every token back: confirmed once its batch is durable, or failed with its batch.
-/// Generic (the sink is `ZerobusSink<L>` whatever the confirmer); it runs on the driver task,
-/// so it must not block.
-pub trait Confirmer<L: Lane>: Send + 'static {
-    /// A batch of `table` is durable: commit the confirmation's position.
-    fn confirmed(&mut self, table: &str, confirmation: Confirmation<L>);
-    /// A batch of `table` will never be confirmed: retry it or fail the pipeline.
-    fn failed(&mut self, table: &str, batch: FailedBatch<L, RecordBatch>, reason: &FailureReason);
-}
+use crate::{schema, wire};
 
 /// The plan's `Sink` (seed section 2.2): fire-and-forget sends with receipts, and a flush.
 pub trait Sink<L: Lane> {
     /// Admits a batch and returns once it is admitted (awaiting only while the window is full:
     /// that is the backpressure). The receipt resolves when the batch is durable.
+    ///
+    /// **Cancel-safe.** If the future is dropped while it waits for room, the batch and its
+    /// token are dropped with it, unadmitted: nothing was sent and nothing will be confirmed
+    /// (keep your source position where it was). Once the batch has reached the driver (the
+    /// wait for room is over), dropping the future no longer matters: the batch is admitted
+    /// and its token reaches the [`Confirmer`], confirmed or failed, like any other.
     fn send(
         &mut self,
         route: impl Into<Route> + Send,
         batch: RecordBatch,
         token: Token<L>,
     ) -> impl Future<Output = Result<Receipt, SendError<L>>> + Send;
-    /// Waits until every batch sent so far is durable or handed back.
+    /// Waits until every batch sent so far is durable or handed to the confirmer's `failed`
+    /// (batches being resubmitted are waited for); an error counts those handed over since the
+    /// previous flush.
     fn flush(&mut self) -> impl Future<Output = Result<(), FlushError>> + Send;
 }
 
@@ -183,49 +91,35 @@ impl<L: Lane, F: FnMut(&RecordBatch) -> Token<L> + Send> Positions<L> for F {
 /// [`Confirmer`] given to [`start`](ZerobusSink::start).
 #[derive(Debug)]
 pub struct ZerobusSink<L: Lane> {
-    commands: mpsc::Sender<Command<L>>,
+    submits: mpsc::Sender<Submit<L>>,
+    control: mpsc::UnboundedSender<Control>,
     tables: Vec<(TableId, Arc<TableWire>)>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl<L: Lane> std::fmt::Debug for Command<L> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Command::Submit(_) => "Submit",
-            Command::Flush(_) => "Flush",
-            Command::Report(_) => "Report",
-            Command::Close { .. } => "Close",
-        })
-    }
-}
-
 impl<L: Lane> ZerobusSink<L> {
     /// Starts the sink's driver on the current tokio runtime (it never builds one). Streams open
-    /// at each table's first batch.
+    /// at each table's first batch. Refused at once, naming what is wrong: an endpoint without
+    /// `http://` or `https://`, an invalid core configuration, and each table whose name is not
+    /// `catalog.schema.table`, that is registered twice, or that has a column Delta cannot hold
+    /// (with the cast to use).
     pub fn start<C: Confirmer<L>>(
         config: ZerobusConfig,
         tables: Vec<TableDef>,
         confirmer: C,
     ) -> Result<ZerobusSink<L>, StartError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
+        if !(config.endpoint.starts_with("http://") || config.endpoint.starts_with("https://")) {
+            return Err(StartError::Endpoint {
+                endpoint: config.endpoint,
+                reason: "needs a scheme: https://… for the service, http://… for a local emulator",
+            });
+        }
         let mut core = SinkCore::new(config.core)?;
+        schema::check_tables(&tables)?;
         let mut wires = Vec::new();
         for def in tables {
             let name = def.spec.name.clone();
-            if let Some(f) = def
-                .schema
-                .fields()
-                .iter()
-                .find(|f| matches!(f.data_type(), DataType::Dictionary(..)))
-            {
-                return Err(StartError::Table {
-                    table: name,
-                    reason: format!(
-                        "column {} is dictionary-encoded; cast it to its value type",
-                        f.name()
-                    ),
-                });
-            }
             let id = core.add_table(def.spec).map_err(|e| StartError::Table {
                 table: name.clone(),
                 reason: e.to_string(),
@@ -251,17 +145,21 @@ impl<L: Lane> ZerobusSink<L> {
             options: wire::write_options(config.compression)?,
             tokens: TokenSource::new(config.credentials),
         });
-        let (commands, rx) = mpsc::channel(1);
-        let driver = Driver::new(
+        let (submits, submits_rx) = mpsc::channel(1);
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let driver = Driver::new(Parts {
             core,
             confirmer,
             shared,
-            wires.iter().map(|(_, w)| w.clone()).collect(),
-            rx,
-        );
+            tables: wires.iter().map(|(_, w)| w.clone()).collect(),
+            submits: submits_rx,
+            control: control_rx,
+            resubmit: config.resubmit,
+        });
         let task = runtime.spawn(driver.run());
         Ok(ZerobusSink {
-            commands,
+            submits,
+            control,
             tables: wires,
             task,
         })
@@ -276,22 +174,20 @@ impl<L: Lane> ZerobusSink<L> {
             .map(|(id, _)| *id)
     }
 
-    /// Progress so far (`None` if the driver is gone).
+    /// Progress so far (`None` if the driver is gone). Never waits behind a `send` that waits
+    /// for room.
     pub async fn report(&self) -> Option<Report> {
         let (tx, rx) = oneshot::channel();
-        self.commands.send(Command::Report(tx)).await.ok()?;
+        self.control.send(Control::Report(tx)).ok()?;
         rx.await.ok()
     }
 
     /// Stops admission, drains every stream to durable and closes it. Batches not durable
     /// within `within` are handed back to the confirmer (and their receipts fail). Returns the
-    /// summary.
+    /// summary. Never waits behind a `send` that waits for room (that send is refused).
     pub async fn close(self, within: Duration) -> Report {
         let (tx, rx) = oneshot::channel();
-        let _ = self
-            .commands
-            .send(Command::Close { within, reply: tx })
-            .await;
+        let _ = self.control.send(Control::Close { within, reply: tx });
         let report = rx.await.unwrap_or_default();
         let _ = self.task.await;
         report
@@ -313,27 +209,6 @@ impl<L: Lane> ZerobusSink<L> {
     }
 }
 
-/// How `found` differs from the table's `expected` schema, if it does.
-fn schema_difference(expected: &Schema, found: &Schema) -> Option<String> {
-    if expected == found {
-        return None;
-    }
-    let detail = expected
-        .fields()
-        .iter()
-        .zip(found.fields().iter())
-        .find(|(a, b)| a != b)
-        .map(|(a, b)| format!("column {}: table has {a:?}, batch has {b:?}", a.name()))
-        .unwrap_or_else(|| {
-            format!(
-                "table has {} columns, batch has {} (or the schema metadata differs)",
-                expected.fields().len(),
-                found.fields().len()
-            )
-        });
-    Some(detail)
-}
-
 impl<L: Lane> Sink<L> for ZerobusSink<L> {
     async fn send(
         &mut self,
@@ -349,7 +224,7 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
                 token,
             });
         };
-        if let Some(detail) = schema_difference(&wire.schema, &batch.schema()) {
+        if let Some(detail) = schema::difference(&wire.schema, &batch.schema()) {
             return Err(SendError::SchemaMismatch {
                 table: wire.name.clone(),
                 detail,
@@ -357,20 +232,20 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
                 token,
             });
         }
+        // Waiting for room is the only await before the hand-over: dropping the future here
+        // leaves the batch unadmitted (see the trait's docs).
+        let Ok(permit) = self.submits.reserve().await else {
+            return Err(SendError::Stopped {
+                parts: Some((batch, token)),
+            });
+        };
         let (reply, rx) = oneshot::channel();
-        let submit = Submit {
+        permit.send(Submit {
             route,
             batch,
             token,
             reply,
-        };
-        if let Err(mpsc::error::SendError(Command::Submit(s))) =
-            self.commands.send(Command::Submit(submit)).await
-        {
-            return Err(SendError::Stopped {
-                parts: Some((s.batch, s.token)),
-            });
-        }
+        });
         match rx.await {
             Ok(result) => result,
             // The driver stopped (the runtime is shutting down) while holding the batch.
@@ -380,9 +255,8 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
 
     async fn flush(&mut self) -> Result<(), FlushError> {
         let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Flush(tx))
-            .await
+        self.control
+            .send(Control::Flush(tx))
             .map_err(|_| FlushError::Stopped)?;
         rx.await.map_err(|_| FlushError::Stopped)?
     }

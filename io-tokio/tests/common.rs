@@ -12,7 +12,7 @@ use zerobus_sink::{
     Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig, TableSpec,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{Confirmer, TableDef, ZerobusConfig};
+use zerobus_sink_tokio::{Confirmer, ResubmitPolicy, TableDef, ZerobusConfig};
 
 pub const TABLE: &str = "main.bronze.orders";
 
@@ -112,7 +112,12 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
         },
         ..SinkConfig::default()
     };
-    ZerobusConfig::new(emulator.url()).core(core)
+    ZerobusConfig::new(emulator.url())
+        .core(core)
+        .resubmit(ResubmitPolicy {
+            max_attempts: 3,
+            backoff: Duration::from_millis(100),
+        })
 }
 
 pub fn table(slots: u16) -> TableDef {

@@ -1,0 +1,180 @@
+//! What a sink is started with: where and how to connect ([`ZerobusConfig`]), the tables it
+//! writes ([`TableDef`]) and what it does with batches the core hands back
+//! ([`ResubmitPolicy`]).
+
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use zerobus_sink::{PoolSizing, RetryPolicy, SinkConfig, TableSpec, WindowLimits};
+
+use crate::auth::Credentials;
+use crate::wire::Compression;
+
+/// What the sink does with a batch the core hands back for a reason that a later attempt can
+/// fix (a slot that spent its retry budget during an outage): it submits it again, the
+/// non-durable rows only, with its token, after `backoff x attempt`, up to `max_attempts`
+/// times; only then does the batch reach [`Confirmer::failed`](crate::Confirmer::failed).
+/// Final reasons (the table failed, the service broke the protocol, the close deadline) reach
+/// the confirmer at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResubmitPolicy {
+    /// Resubmissions of one batch before it is handed back (0: never resubmit).
+    pub max_attempts: u32,
+    /// Wait before the first resubmission; the n-th waits n times this.
+    pub backoff: Duration,
+}
+
+impl Default for ResubmitPolicy {
+    /// Three resubmissions, 5 s apart, then 10 s, then 15 s: with the core's own retries
+    /// (up to 4 reconnects per stream, backing off 2 s to 60 s) a batch rides out an outage of
+    /// a few minutes before the pipeline hears of it.
+    fn default() -> ResubmitPolicy {
+        ResubmitPolicy {
+            max_attempts: 3,
+            backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ZerobusConfig {
+    /// The Zerobus endpoint: `https://…` (TLS, webpki roots) or `http://…` (plaintext, for a
+    /// local emulator). An endpoint without a scheme is refused at start.
+    pub endpoint: String,
+    /// How connections authenticate.
+    pub credentials: Credentials,
+    /// IPC body compression (zstd by default, as the official client).
+    pub compression: Compression,
+    /// The core's configuration (windows, pool cap, timeouts, retries).
+    pub core: SinkConfig,
+    /// What to do with batches the core hands back.
+    pub resubmit: ResubmitPolicy,
+    /// Appended to the user agent (`zerobus-sink-rs/<version> <application_name>`).
+    pub application_name: Option<String>,
+    /// An extra trust anchor (PEM) for `https` endpoints, e.g. a private CA in front of the
+    /// service; the webpki roots are trusted either way.
+    pub tls_ca_pem: Option<Vec<u8>>,
+}
+
+impl ZerobusConfig {
+    /// Defaults for `endpoint`: no credentials, zstd, the core's defaults, the default
+    /// resubmit policy.
+    #[must_use]
+    pub fn new(endpoint: impl Into<String>) -> ZerobusConfig {
+        ZerobusConfig {
+            endpoint: endpoint.into(),
+            credentials: Credentials::None,
+            compression: Compression::default(),
+            core: SinkConfig::default(),
+            resubmit: ResubmitPolicy::default(),
+            application_name: None,
+            tls_ca_pem: None,
+        }
+    }
+
+    /// Trusts this PEM certificate (a private CA) for `https` endpoints, besides the webpki roots.
+    #[must_use]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> ZerobusConfig {
+        self.tls_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Sets the credentials.
+    #[must_use]
+    pub fn credentials(mut self, credentials: Credentials) -> ZerobusConfig {
+        self.credentials = credentials;
+        self
+    }
+
+    /// Sets the compression.
+    #[must_use]
+    pub fn compression(mut self, compression: Compression) -> ZerobusConfig {
+        self.compression = compression;
+        self
+    }
+
+    /// Sets the whole core configuration.
+    #[must_use]
+    pub fn core(mut self, core: SinkConfig) -> ZerobusConfig {
+        self.core = core;
+        self
+    }
+
+    /// Sets each stream's window (what may be in flight per stream).
+    #[must_use]
+    pub fn window(mut self, window: WindowLimits) -> ZerobusConfig {
+        self.core.window = window;
+        self
+    }
+
+    /// Sets the cap on streams open at once across every table.
+    #[must_use]
+    pub fn max_open_streams(mut self, streams: u16) -> ZerobusConfig {
+        self.core.max_open_streams = streams;
+        self
+    }
+
+    /// Sets how streams reconnect.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> ZerobusConfig {
+        self.core.retry = retry;
+        self
+    }
+
+    /// Sets what happens to batches handed back.
+    #[must_use]
+    pub fn resubmit(mut self, resubmit: ResubmitPolicy) -> ZerobusConfig {
+        self.resubmit = resubmit;
+        self
+    }
+
+    /// Names the application in the user agent.
+    #[must_use]
+    pub fn application_name(mut self, name: impl Into<String>) -> ZerobusConfig {
+        self.application_name = Some(name.into());
+        self
+    }
+}
+
+/// A table the sink writes: its spec (name, pool sizing, ordering key) and its Arrow schema.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    /// Name, sizing and routing.
+    pub spec: TableSpec,
+    /// Every batch must have exactly this schema.
+    pub schema: SchemaRef,
+}
+
+impl TableDef {
+    /// A table named `catalog.schema.table` with this schema and the default pool (2 streams).
+    #[must_use]
+    pub fn new(name: impl Into<String>, schema: SchemaRef) -> TableDef {
+        TableDef {
+            spec: TableSpec::new(name),
+            schema,
+        }
+    }
+
+    /// Exactly `streams` streams for this table.
+    #[must_use]
+    pub fn streams(self, streams: u16) -> TableDef {
+        self.sizing(PoolSizing::fixed(streams))
+    }
+
+    /// Streams sized to the table's peak bandwidth ([`PoolSizing::for_peak`]) or set by hand.
+    #[must_use]
+    pub fn sizing(mut self, sizing: PoolSizing) -> TableDef {
+        self.spec = self.spec.sizing(sizing);
+        self
+    }
+
+    /// Batches carry an ordering key: route each with `table.key(hash)`, so one key's batches
+    /// stay on one stream and in order.
+    #[must_use]
+    pub fn keyed(mut self) -> TableDef {
+        self.spec = self.spec.keyed();
+        self
+    }
+}

@@ -1,0 +1,250 @@
+//! The handle under pressure: `send` futures dropped at each point of their life, a report and a
+//! close while a send waits for room, an endpoint without a scheme, and what an outage logs.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Recorder, TABLE, config, emulator, orders, table};
+use zerobus_sink::{Raw, SinkConfig, Token, WindowLimits};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_tokio::{SendError, Sink, StartError, ZerobusConfig, ZerobusSink};
+
+/// A window of one batch, and a service that takes 400 ms to make anything durable: the second
+/// send waits in the driver, the third in the channel, the fourth for room to hand over.
+fn tight(emu: &Emulator) -> ZerobusConfig {
+    config(emu).core(SinkConfig {
+        window: WindowLimits {
+            max_batches: 1,
+            ..WindowLimits::default()
+        },
+        retry: config(emu).core.retry,
+        ..SinkConfig::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_send_either_never_admits_its_batch_or_accounts_for_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(400))).await;
+    let recorder = Recorder::default();
+    let mut sink =
+        ZerobusSink::<Raw>::start(tight(&emu), vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    // A first batch opens the stream; once it is durable, the next two fill the stream's
+    // window (one batch) and the table's queue (one more).
+    let _receipt = sink
+        .send(id, orders(0, 10), Token::raw("o", 0, 9))
+        .await
+        .unwrap();
+    sink.flush().await.unwrap();
+    for start in [10i64, 20] {
+        let token = Token::raw("o", 0, start + 9);
+        let _receipt = sink.send(id, orders(start, 10), token).await.unwrap();
+    }
+    let patience = Duration::from_millis(100);
+    // Each of the next three gives up after 100 ms: the window holds for ~400 ms.
+    for (i, start) in [30i64, 40, 50].into_iter().enumerate() {
+        let send = sink.send(id, orders(start, 10), Token::raw("o", 0, start + 9));
+        assert!(
+            tokio::time::timeout(patience, send).await.is_err(),
+            "send {} should still wait",
+            i + 4
+        );
+    }
+    sink.flush().await.unwrap();
+    let report = sink.close(Duration::from_secs(5)).await;
+    let committed = recorder.seen().committed.clone();
+    // The first three, admitted at once; the fourth (dropped while the driver held it, waiting
+    // for room) and the fifth (dropped in the hand-over channel): admitted and confirmed too.
+    // The sixth (dropped while waiting for room to hand over): never admitted, never confirmed.
+    assert_eq!(committed, vec![9, 19, 29, 39, 49], "{report}");
+    assert_eq!(report.watermarks.submitted, 5);
+    assert!(recorder.seen().failed.is_empty());
+    let logged: u64 = emu.batches(TABLE).iter().map(|b| b.num_rows() as u64).sum();
+    assert_eq!(logged, 50, "the sixth batch never reached the service");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_and_a_close_do_not_queue_behind_a_send_waiting_for_room() {
+    let dir = tempfile::tempdir().unwrap();
+    // The service never answers READY: nothing will ever be durable, the window stays full.
+    let emu = emulator(&dir, |c| c).await;
+    emu.inject(TABLE, zerobus_sink_testkit::emulator::Fault::HoldReady);
+    let recorder = Recorder::default();
+    let mut sink =
+        ZerobusSink::<Raw>::start(tight(&emu), vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    let _first = sink
+        .send(id, orders(0, 10), Token::raw("o", 0, 9))
+        .await
+        .unwrap();
+    // A second send waits for room (the future is parked here, not dropped).
+    let mut waiting = Box::pin(sink.send(id, orders(10, 10), Token::raw("o", 0, 19)));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), waiting.as_mut())
+            .await
+            .is_err()
+    );
+    drop(waiting);
+    let report = tokio::time::timeout(Duration::from_secs(1), sink.report())
+        .await
+        .expect("a report answers at once")
+        .expect("the driver runs");
+    assert_eq!(report.watermarks.submitted, 1);
+    let started = std::time::Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(5), sink.close(Duration::from_secs(1)))
+        .await
+        .expect("close within its deadline, not behind the send");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Both batches come back: the admitted one at the close deadline, the one the driver held
+    // (its send future dropped) refused as closed, to the confirmer.
+    let failed = recorder.seen().failed.clone();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .any(|(_, _, why)| why.contains("not admitted")),
+        "{failed:?}"
+    );
+    assert_eq!(report.failed_batches, 2);
+}
+
+#[tokio::test]
+async fn an_endpoint_without_a_scheme_is_refused_at_start() {
+    let err = ZerobusSink::<Raw>::start(
+        ZerobusConfig::new("1234.zerobus.example.com"),
+        vec![table(1)],
+        Recorder::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, StartError::Endpoint { endpoint, .. } if endpoint == "1234.zerobus.example.com"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("https://"), "{err}");
+}
+
+/// Collects what the sink logs.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn lines(&self, level: &str, containing: &str) -> usize {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains(containing))
+            .count()
+    }
+}
+
+#[tokio::test]
+async fn an_outage_is_logged_once_per_stream_with_its_cause_and_its_recovery() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // A current-thread runtime: the driver and its connections log on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let dir = tempfile::tempdir().unwrap();
+    let wal = dir.path().join("wal");
+    let emu = Emulator::start(EmulatorConfig::new(&wal)).await.unwrap();
+    let addr = emu.addr();
+    let recorder = Recorder::default();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(2)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    let _receipt = sink
+        .send(id, orders(0, 10), Token::raw("o", 0, 9))
+        .await
+        .unwrap();
+    sink.flush().await.unwrap();
+    // Down for 1.5 s (with 50 ms backoffs: many retries per stream), then back.
+    emu.kill();
+    let _receipt = sink
+        .send(id, orders(10, 10), Token::raw("o", 0, 19))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let _back = Emulator::bind(addr, EmulatorConfig::new(&wal))
+        .await
+        .unwrap();
+    sink.flush().await.unwrap();
+    let _ = sink.close(Duration::from_secs(5)).await;
+    let retries = logs.lines("DEBUG", "stream still failing");
+    let warned = logs.lines("WARN", "stream failing");
+    assert!(
+        retries >= 2,
+        "the streams retried quietly ({retries} debug lines)"
+    );
+    // Per stream: one WARN when it broke (the live call cut: an h2 error), one more when the
+    // cause changed (the reconnects refused); never one per retry.
+    assert!(
+        (1..=4).contains(&warned),
+        "at most two WARNs per stream, not one per retry: {warned} (and {retries} retries)"
+    );
+    assert!(
+        logs.lines("WARN", "Connection refused") >= 1,
+        "the root cause is in the warning"
+    );
+    assert!(logs.lines("INFO", "stream recovered") >= 1);
+    assert_eq!(recorder.seen().committed, vec![9, 19]);
+}
+
+#[tokio::test]
+async fn a_spent_retry_budget_names_the_attempts_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c).await;
+    let down = emu.addr();
+    emu.kill();
+    let recorder = Recorder::default();
+    let cfg = ZerobusConfig::new(format!("http://{down}"))
+        .core(config_for_budget())
+        .resubmit(zerobus_sink_tokio::ResubmitPolicy {
+            max_attempts: 0,
+            backoff: Duration::ZERO,
+        });
+    let mut sink = ZerobusSink::<Raw>::start(cfg, vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    let _receipt = sink
+        .send(id, orders(0, 10), Token::raw("o", 0, 9))
+        .await
+        .unwrap();
+    let _ = sink.flush().await;
+    let failed = recorder.seen().failed.clone();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]
+            .2
+            .contains("3 failed attempts in a row, past the retry budget of 2 retries"),
+        "{}",
+        failed[0].2
+    );
+    let err = sink.send(id, orders(10, 10), Token::raw("o", 0, 19)).await;
+    assert!(err.is_ok() || matches!(err, Err(SendError::Rejected { .. })));
+    let _ = sink.close(Duration::from_millis(100)).await;
+}
+
+fn config_for_budget() -> SinkConfig {
+    let mut core = SinkConfig::default();
+    core.retry.initial_backoff = Duration::from_millis(20);
+    core.retry.max_backoff = Duration::from_millis(40);
+    core.min_residency = Duration::from_millis(20);
+    core.retry.max_attempts = 2;
+    core
+}
