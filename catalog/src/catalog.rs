@@ -43,6 +43,15 @@ pub enum CloudCredentials {
     AzureAad(String),
     /// A GCP OAuth token (secret).
     Gcp(String),
+    /// Cloudflare R2 temporary credentials (S3-compatible).
+    R2 {
+        /// Access key id.
+        access_key_id: String,
+        /// Secret access key (secret).
+        secret_access_key: String,
+        /// Session token (secret).
+        session_token: String,
+    },
 }
 
 impl fmt::Debug for CloudCredentials {
@@ -58,6 +67,10 @@ impl fmt::Debug for CloudCredentials {
             CloudCredentials::AzureSas(_) => f.write_str("AzureSas(<redacted>)"),
             CloudCredentials::AzureAad(_) => f.write_str("AzureAad(<redacted>)"),
             CloudCredentials::Gcp(_) => f.write_str("Gcp(<redacted>)"),
+            CloudCredentials::R2 { access_key_id, .. } => write!(
+                f,
+                "R2 {{ access_key_id: {access_key_id:?}, secret_access_key: <redacted>, session_token: <redacted> }}"
+            ),
         }
     }
 }

@@ -21,11 +21,7 @@ use crate::plan::{Action, ReconcilePlan};
 use crate::table_ref::TableRef;
 use crate::types::DeltaType;
 
-/// A backquoted identifier, backquotes doubled.
-#[must_use]
-pub fn quote_ident(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
-}
+pub use crate::table_ref::quote_ident;
 
 /// A single-quoted string literal (see the module docs for the escapes).
 #[must_use]
@@ -110,7 +106,7 @@ pub fn render(plan: &ReconcilePlan) -> Result<Vec<String>, CatalogError> {
                     .collect();
                 let pairs: Vec<(String, String)> =
                     p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                let mut create = format!("CREATE TABLE {t} ({})", cols.join(", "));
+                let mut create = format!("CREATE TABLE IF NOT EXISTS {t} ({})", cols.join(", "));
                 if !pairs.is_empty() {
                     create.push(' ');
                     create.push_str(&properties(&pairs));

@@ -7,7 +7,7 @@ use arrow_schema::Schema;
 
 use crate::error::CatalogError;
 use crate::table_ref::{TableRef, is_identifier_safe};
-use crate::types::DeltaType;
+use crate::types::{DeltaType, VARIANT_EXTENSION};
 
 /// Prefix of the columns the sink owns.
 pub const RESERVED_PREFIX: &str = "_twg_";
@@ -66,13 +66,20 @@ pub enum Role {
     PrimaryRaw,
 }
 
-/// The properties a primary-raw table must have (and deletion vectors off).
+/// The properties a primary-raw table must have where recovery reads it through Iceberg (Unity
+/// Catalog): Iceberg reads on, column mapping by name, deletion vectors off. See
+/// [`PrimaryRawShape`](crate::plan::PrimaryRawShape).
 pub const PRIMARY_RAW_PROPERTIES: [(&str, &str); 4] = [
     ("delta.enableIcebergCompatV2", "true"),
     ("delta.universalFormat.enabledFormats", "iceberg"),
     ("delta.columnMapping.mode", "name"),
     ("delta.enableDeletionVectors", "false"),
 ];
+
+/// The properties a primary-raw table has on the local backend, where recovery reads it with
+/// delta-rs: deletion vectors off (and nothing the shipped reader cannot read; no Iceberg).
+pub const LOCAL_PRIMARY_RAW_PROPERTIES: [(&str, &str); 1] =
+    [("delta.enableDeletionVectors", "false")];
 
 /// One wanted column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +112,8 @@ pub struct DesiredTable {
 impl DesiredTable {
     /// The table `table` should be to take batches of `schema`: every field mapped to Delta
     /// (a named error for any that cannot be), the contract's descriptions and properties, the
-    /// reserved columns with their built-in descriptions, and the role's properties.
+    /// reserved columns with their built-in descriptions. The role's properties depend on the
+    /// backend, so the plan adds them ([`PrimaryRawShape`](crate::plan::PrimaryRawShape)).
     pub fn from_arrow(
         table: TableRef,
         schema: &Schema,
@@ -141,7 +149,15 @@ impl DesiredTable {
                     "appears twice (Delta column names are case-insensitive)",
                 ));
             }
-            let data_type = DeltaType::from_arrow(name, field.data_type())?.loosened();
+            let variant = field
+                .metadata()
+                .get("ARROW:extension:name")
+                .is_some_and(|n| n == VARIANT_EXTENSION);
+            let data_type = if variant {
+                DeltaType::Variant
+            } else {
+                DeltaType::from_arrow(name, field.data_type())?.loosened()
+            };
             let comment = contract
                 .and_then(|c| c.column_descriptions.get(name))
                 .map(|text| Comment {
@@ -178,11 +194,6 @@ impl DesiredTable {
                 if let Some(v) = value {
                     properties.insert(key.to_owned(), v.clone());
                 }
-            }
-        }
-        if role == Role::PrimaryRaw {
-            for (k, v) in PRIMARY_RAW_PROPERTIES {
-                properties.insert(k.to_owned(), v.to_owned());
             }
         }
         let comment = contract.and_then(|c| c.table_description.clone());

@@ -1,7 +1,7 @@
 //! Errors of the catalog: each names the table, column or statement concerned, and says whether
 //! retrying can help. Secrets never appear in them.
 
-use crate::plan::Refusal;
+use crate::refusal::Refusal;
 
 /// What went wrong in the catalog layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,6 +111,29 @@ pub enum CatalogError {
         /// The endpoint's message (never the secret).
         message: String,
     },
+    /// The catalog vended credentials of a provider this crate does not model.
+    #[error("{table}: temporary credentials of provider {provider:?} are not supported")]
+    UnsupportedCredentials {
+        /// The table.
+        table: String,
+        /// The credential block's name in the response.
+        provider: String,
+    },
+    /// The table does not exist (where an operation needs it to).
+    #[error("{table} does not exist")]
+    TableAbsent {
+        /// The table.
+        table: String,
+    },
+    /// Another writer changed the table first (a create or an ALTER that lost a race, or a
+    /// retried request that had already run); the table should be described and planned again.
+    #[error("{table}: changed concurrently: {message}")]
+    Conflict {
+        /// The table.
+        table: String,
+        /// What was lost.
+        message: String,
+    },
     /// The local Delta backend failed.
     #[error("{table}: Delta table operation {operation} failed: {message}")]
     Delta {
@@ -130,6 +153,21 @@ impl CatalogError {
         match self {
             CatalogError::Http { retryable, .. } => *retryable,
             CatalogError::Transport { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the error means another writer changed the table first, so that describing and
+    /// planning again is the way on.
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            CatalogError::Conflict { .. } => true,
+            CatalogError::Http { status: 409, .. } => true,
+            CatalogError::StatementFailed { message, .. } => {
+                let m = message.to_ascii_uppercase();
+                m.contains("ALREADY_EXISTS") || m.contains("ALREADY EXISTS")
+            }
             _ => false,
         }
     }

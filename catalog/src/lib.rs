@@ -15,6 +15,21 @@
 //! - backends behind features: `unity` (Unity Catalog REST, SQL Statement Execution API, OAuth
 //!   M2M) and `local` (Delta tables on disk with delta-rs, the embedded default).
 //!
+//! ## Layers, and what each one may know
+//!
+//! 1. **Pure** ([`types`], [`DesiredTable`], [`plan()`], [`ddl`]): no I/O, no clock. Everything
+//!    a backend decides (create, add, widen, refuse, which properties a role needs) is decided
+//!    here, once, so both backends refuse the same things for the same reasons.
+//! 2. **Backends** ([`unity::UnityCatalog`], [`local::LocalDelta`]): describe the live table into
+//!    a [`LiveTable`] (columns, properties, [`Protocol`]), apply a plan, and when someone else
+//!    changed the table in between (a racing writer, a lost response), describe again and
+//!    re-plan: reconciling converges instead of failing on the first conflict.
+//! 3. **The seam** ([`TableCatalog`]): what a sink calls. It never sees SQL or a Delta log.
+//!
+//! A backend answers "the table is absent" only when the service says exactly that
+//! (`TABLE_DOES_NOT_EXIST`); a missing schema or catalog, a wrong URL or a refused token is an
+//! error naming what failed, never a reason to create a table.
+//!
 //! ```
 //! use arrow_schema::{DataType, Field, Schema};
 //! use zerobus_sink_catalog::{ddl, plan, DesiredTable, Policy, Role, TableRef};
@@ -24,7 +39,7 @@
 //! let desired = DesiredTable::from_arrow(table, &schema, None, Role::Standard)?;
 //! let plan = plan(None, &desired, &Policy::default()); // the table is absent: create it
 //! let sql = ddl::render(&plan)?;
-//! assert!(sql[0].starts_with("CREATE TABLE `main`.`bronze`.`orders` (`id` BIGINT NOT NULL"));
+//! assert!(sql[0].starts_with("CREATE TABLE IF NOT EXISTS `main`.`bronze`.`orders` (`id` BIGINT NOT NULL"));
 //! # Ok::<(), zerobus_sink_catalog::CatalogError>(())
 //! ```
 
@@ -37,6 +52,7 @@ mod desired;
 mod error;
 mod live;
 pub mod plan;
+mod refusal;
 mod table_ref;
 pub mod types;
 
@@ -50,11 +66,13 @@ pub use catalog::{
     sink_property,
 };
 pub use desired::{
-    Authority, Comment, Contract, DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES,
-    RESERVED_COLUMNS, RESERVED_PREFIX, Role,
+    Authority, Comment, Contract, DesiredColumn, DesiredTable, LOCAL_PRIMARY_RAW_PROPERTIES,
+    PRIMARY_RAW_PROPERTIES, RESERVED_COLUMNS, RESERVED_PREFIX, Role,
 };
 pub use error::CatalogError;
-pub use live::{LiveColumn, LiveTable};
-pub use plan::{Action, HumanEdits, Policy, ReconcilePlan, Refusal, RefusalReason, plan};
+pub use live::{LiveColumn, LiveTable, Protocol};
+pub use plan::{
+    Action, HumanEdits, Policy, PrimaryRawShape, ReconcilePlan, Refusal, RefusalReason, plan,
+};
 pub use table_ref::{TableRef, is_identifier_safe};
-pub use types::{DeltaField, DeltaType, Widening};
+pub use types::{DeltaField, DeltaType, VARIANT_EXTENSION, Widening};

@@ -1,6 +1,6 @@
 //! What a catalog says a table is now.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::table_ref::TableRef;
 use crate::types::DeltaType;
@@ -18,6 +18,48 @@ pub struct LiveColumn {
     pub comment: Option<String>,
 }
 
+/// A table's Delta protocol: the reader and writer versions and, from versions 3 and 7, the
+/// table features each needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Protocol {
+    /// `minReaderVersion`.
+    pub min_reader_version: i32,
+    /// `minWriterVersion`.
+    pub min_writer_version: i32,
+    /// Reader features (e.g. `columnMapping`, `deletionVectors`, `timestampNtz`).
+    pub reader_features: BTreeSet<String>,
+    /// Writer features (e.g. `icebergCompatV2`, `columnMapping`, `appendOnly`).
+    pub writer_features: BTreeSet<String>,
+}
+
+impl Protocol {
+    /// Whether `feature` is a reader or writer feature of the table.
+    #[must_use]
+    pub fn has(&self, feature: &str) -> bool {
+        self.reader_features.contains(feature) || self.writer_features.contains(feature)
+    }
+
+    /// The protocol Unity Catalog reports in a table's properties (`delta.minReaderVersion`,
+    /// `delta.minWriterVersion`, `delta.feature.<name>`), if it reports one.
+    #[must_use]
+    pub fn from_properties(properties: &BTreeMap<String, String>) -> Option<Protocol> {
+        let version = |k: &str| properties.get(k).and_then(|v| v.trim().parse().ok());
+        let min_reader_version = version("delta.minReaderVersion")?;
+        let min_writer_version = version("delta.minWriterVersion")?;
+        let features: BTreeSet<String> = properties
+            .iter()
+            .filter(|(_, v)| matches!(v.as_str(), "supported" | "enabled"))
+            .filter_map(|(k, _)| k.strip_prefix("delta.feature.").map(str::to_owned))
+            .collect();
+        Some(Protocol {
+            min_reader_version,
+            min_writer_version,
+            reader_features: features.clone(),
+            writer_features: features,
+        })
+    }
+}
+
 /// A table as the catalog describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveTable {
@@ -33,6 +75,9 @@ pub struct LiveTable {
     pub table_id: Option<String>,
     /// Where its data lives.
     pub storage_location: Option<String>,
+    /// Its Delta protocol, when the catalog says (the local backend always; Unity Catalog when
+    /// the table's properties carry it).
+    pub protocol: Option<Protocol>,
 }
 
 impl LiveTable {

@@ -5,13 +5,26 @@
 //! metadata's description, properties in its configuration: where Databricks keeps them too.
 //! Not supported here: type widening (delta-rs has no in-place type change); a plan that widens
 //! fails with a named error before anything is written.
+//!
+//! Every table it makes stays writable and evolvable by the delta-rs it ships with: properties
+//! are committed as a metadata change alone (delta-rs's own property operation rewrites the
+//! protocol of a writer-7 table, e.g. one with a `TIMESTAMP_NTZ` column, into a feature list
+//! its writer then refuses). A primary-raw table here is
+//! [`PrimaryRawShape::DeltaReadable`]: deletion vectors off, no Iceberg or column-mapping
+//! claims, because delta-rs can neither write a column-mapped table nor (without datafusion)
+//! read one (ADR 0009).
+//!
+//! Reconciling is idempotent under concurrent callers: a commit that loses a race (another
+//! sink created the table, or changed it, first) describes the table again and plans again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use deltalake::DeltaTable;
-use deltalake::kernel::{MetadataValue, StructField};
+use deltalake::kernel::transaction::CommitBuilder;
+use deltalake::kernel::{Action as DeltaAction, MetadataExt, MetadataValue, StructField};
 use deltalake::operations::update_table_metadata::TableMetadataUpdate;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 
 use crate::catalog::{
@@ -20,8 +33,8 @@ use crate::catalog::{
 };
 use crate::desired::{DesiredColumn, DesiredTable};
 use crate::error::CatalogError;
-use crate::live::{LiveColumn, LiveTable};
-use crate::plan::{Action, Policy, plan};
+use crate::live::{LiveColumn, LiveTable, Protocol};
+use crate::plan::{Action, Policy, PrimaryRawShape, plan};
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, field_json};
 
@@ -69,6 +82,80 @@ fn delta_err(table: &TableRef, operation: &'static str, e: impl std::fmt::Displa
         table: table.full_name(),
         operation,
         message: e.to_string(),
+    }
+}
+
+/// A delta-rs error that means another writer committed first (or made the table first).
+fn lost_race(e: &DeltaTableError) -> bool {
+    use deltalake::kernel::transaction::TransactionError as T;
+    match e {
+        DeltaTableError::VersionAlreadyExists(_) => true,
+        DeltaTableError::Transaction { source } => {
+            matches!(source, T::VersionAlreadyExists(_) | T::CommitConflict(_))
+        }
+        // `SaveMode::ErrorIfExists` on a table made since our describe.
+        other => other.to_string().contains("already exists"),
+    }
+}
+
+fn race_err(table: &TableRef, operation: &'static str, e: DeltaTableError) -> CatalogError {
+    if lost_race(&e) {
+        CatalogError::Conflict {
+            table: table.full_name(),
+            message: format!("{operation}: {e}"),
+        }
+    } else {
+        delta_err(table, operation, e)
+    }
+}
+
+/// Sets table properties as a metadata-only commit: the protocol is left as it is.
+async fn commit_properties(
+    table: &TableRef,
+    t: &DeltaTable,
+    properties: HashMap<String, String>,
+) -> Result<(), CatalogError> {
+    let snapshot = t.snapshot().map_err(|e| delta_err(table, "snapshot", e))?;
+    let mut metadata = snapshot.metadata().clone();
+    for (k, v) in &properties {
+        metadata = metadata
+            .add_config_key(k.clone(), v.clone())
+            .map_err(|e| delta_err(table, "set properties", e))?;
+    }
+    let operation = DeltaOperation::SetTableProperties { properties };
+    CommitBuilder::default()
+        .with_actions(vec![DeltaAction::Metadata(metadata)])
+        .build(Some(snapshot), t.log_store(), operation)
+        .await
+        .map_err(|e| race_err(table, "set properties", e))?;
+    Ok(())
+}
+
+/// The protocol of a snapshot, in the crate's terms (through its Delta-log JSON form, which
+/// is the stable part of delta-rs's API).
+fn protocol_of(p: &deltalake::kernel::Protocol) -> Protocol {
+    let json = serde_json::to_value(p).unwrap_or_default();
+    let version = |key: &str| {
+        json.get(key)
+            .and_then(serde_json::Value::as_i64)
+            .and_then(|v| i32::try_from(v).ok())
+            .unwrap_or(0)
+    };
+    let names = |key: &str| {
+        json.get(key)
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Protocol {
+        min_reader_version: version("minReaderVersion"),
+        min_writer_version: version("minWriterVersion"),
+        reader_features: names("readerFeatures"),
+        writer_features: names("writerFeatures"),
     }
 }
 
@@ -128,20 +215,15 @@ impl TableCatalog for LocalDelta {
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
+            // A type this crate does not know is kept as such: describing never fails on it.
             let data_type = f
                 .get("type")
-                .map(DeltaType::from_json)
-                .transpose()
-                .map_err(|reason| CatalogError::LiveSchema {
+                .map(DeltaType::from_json_lenient)
+                .ok_or_else(|| CatalogError::LiveSchema {
                     table: table.full_name(),
                     column: name.clone(),
-                    reason,
+                    reason: "no type".into(),
                 })?;
-            let data_type = data_type.ok_or_else(|| CatalogError::LiveSchema {
-                table: table.full_name(),
-                column: name.clone(),
-                reason: "no type".into(),
-            })?;
             let nullable = f
                 .get("nullable")
                 .and_then(serde_json::Value::as_bool)
@@ -170,10 +252,74 @@ impl TableCatalog for LocalDelta {
             properties,
             table_id: Some(metadata.id().to_owned()),
             storage_location: Some(self.url(table)?.to_string()),
+            protocol: Some(protocol_of(snapshot.protocol())),
         }))
     }
 
     async fn reconcile(
+        &self,
+        desired: &DesiredTable,
+        policy: &Policy,
+    ) -> Result<ReconcileOutcome, CatalogError> {
+        // The local backend makes the delta-rs readable shape of a primary-raw table, whatever
+        // the caller's policy says (it cannot make the Iceberg one).
+        let policy = Policy {
+            primary_raw: PrimaryRawShape::DeltaReadable,
+            ..*policy
+        };
+        let mut last = None;
+        for _ in 0..5 {
+            match self.reconcile_once(desired, &policy).await {
+                Err(CatalogError::Conflict { message, .. }) => last = Some(message),
+                other => return other,
+            }
+        }
+        Err(CatalogError::Conflict {
+            table: desired.table.full_name(),
+            message: format!(
+                "lost the race to change the table 5 times; last: {}",
+                last.unwrap_or_default()
+            ),
+        })
+    }
+
+    async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
+        let properties = HashMap::from([(sink_property(sink), "registered".to_owned())]);
+        for _ in 0..5 {
+            let t = self.open(table).await?;
+            match commit_properties(table, &t, properties.clone()).await {
+                Err(CatalogError::Conflict { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(CatalogError::Conflict {
+            table: table.full_name(),
+            message: "register sink: lost the race 5 times".into(),
+        })
+    }
+
+    async fn vend_credentials(
+        &self,
+        table: &TableRef,
+        _access: Access,
+    ) -> Result<VendedCredentials, CatalogError> {
+        if !is_delta_table(&self.location(table)) {
+            return Err(CatalogError::TableAbsent {
+                table: table.full_name(),
+            });
+        }
+        Ok(VendedCredentials {
+            url: self.url(table)?.to_string(),
+            expires_at_ms: None,
+            credentials: CloudCredentials::None,
+        })
+    }
+}
+
+impl LocalDelta {
+    /// One describe, plan and execute; a commit another writer won first is a
+    /// [`CatalogError::Conflict`], and the caller plans again.
+    async fn reconcile_once(
         &self,
         desired: &DesiredTable,
         policy: &Policy,
@@ -216,11 +362,13 @@ impl TableCatalog for LocalDelta {
                         .with_table_name(table.table())
                         .with_columns(kernel_fields(table, columns, false)?)
                         .with_configuration(p.iter().map(|(k, v)| (k.clone(), Some(v.clone()))))
-                        .with_raise_if_key_not_exists(false);
+                        .with_raise_if_key_not_exists(false)
+                        // Another sink may create it between our describe and this commit.
+                        .with_save_mode(SaveMode::ErrorIfExists);
                     if let Some(c) = comment {
                         create = create.with_comment(c);
                     }
-                    create.await.map_err(|e| delta_err(table, "create", e))?;
+                    create.await.map_err(|e| race_err(table, "create", e))?;
                 }
                 Action::AddColumn(c) => {
                     let field = kernel_field(
@@ -234,7 +382,7 @@ impl TableCatalog for LocalDelta {
                     t.add_columns()
                         .with_fields([field])
                         .await
-                        .map_err(|e| delta_err(table, "add column", e))?;
+                        .map_err(|e| race_err(table, "add column", e))?;
                 }
                 Action::SetColumnComment {
                     column, comment, ..
@@ -248,7 +396,7 @@ impl TableCatalog for LocalDelta {
                         .with_field_name(column)
                         .with_metadata(metadata)
                         .await
-                        .map_err(|e| delta_err(table, "set column comment", e))?;
+                        .map_err(|e| race_err(table, "set column comment", e))?;
                 }
                 Action::SetTableComment(c) => {
                     let t = self.open(table).await?;
@@ -259,7 +407,7 @@ impl TableCatalog for LocalDelta {
                     t.update_table_metadata()
                         .with_update(update)
                         .await
-                        .map_err(|e| delta_err(table, "set table comment", e))?;
+                        .map_err(|e| race_err(table, "set table comment", e))?;
                 }
                 Action::SetProperty { key, value } => {
                     properties.insert(key.clone(), value.clone());
@@ -272,38 +420,8 @@ impl TableCatalog for LocalDelta {
         }
         if !properties.is_empty() {
             let t = self.open(table).await?;
-            t.set_tbl_properties()
-                .with_properties(properties)
-                .with_raise_if_not_exists(false)
-                .await
-                .map_err(|e| delta_err(table, "set properties", e))?;
+            commit_properties(table, &t, properties).await?;
         }
         Ok(ReconcileOutcome { plan, executed })
-    }
-
-    async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
-        let t = self.open(table).await?;
-        let properties = HashMap::from([(sink_property(sink), "registered".to_owned())]);
-        t.set_tbl_properties()
-            .with_properties(properties)
-            .with_raise_if_not_exists(false)
-            .await
-            .map_err(|e| delta_err(table, "register sink", e))?;
-        Ok(())
-    }
-
-    async fn vend_credentials(
-        &self,
-        table: &TableRef,
-        _access: Access,
-    ) -> Result<VendedCredentials, CatalogError> {
-        if !is_delta_table(&self.location(table)) {
-            return Err(delta_err(table, "vend credentials", "no such table"));
-        }
-        Ok(VendedCredentials {
-            url: self.url(table)?.to_string(),
-            expires_at_ms: None,
-            credentials: CloudCredentials::None,
-        })
     }
 }

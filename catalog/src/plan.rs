@@ -13,8 +13,12 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::desired::{DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, Role};
-use crate::live::LiveTable;
+pub use crate::refusal::{Refusal, RefusalReason};
+
+use crate::desired::{
+    DesiredColumn, DesiredTable, LOCAL_PRIMARY_RAW_PROPERTIES, PRIMARY_RAW_PROPERTIES, Role,
+};
+use crate::live::{LiveTable, Protocol};
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, Widening};
 
@@ -49,6 +53,98 @@ pub enum HumanEdits {
     Restore,
 }
 
+/// What a primary-raw table must be, which depends on how recovery reads it back (seed
+/// section 8): the backend sets it (ADR 0009).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrimaryRawShape {
+    /// Read back through Iceberg (Unity Catalog): IcebergCompatV2 with Iceberg as a universal
+    /// format, column mapping by name, deletion vectors off ([`PRIMARY_RAW_PROPERTIES`]), and a
+    /// protocol of at least reader 2, writer 7 with the `columnMapping` and `icebergCompatV2`
+    /// features.
+    #[default]
+    IcebergCompatV2,
+    /// Read back with delta-rs (the local backend): deletion vectors off
+    /// ([`LOCAL_PRIMARY_RAW_PROPERTIES`]) and nothing the shipped reader cannot read (no
+    /// column mapping). It claims no Iceberg reads: delta-rs can neither write nor (without
+    /// datafusion) read a column-mapped table.
+    DeltaReadable,
+}
+
+impl PrimaryRawShape {
+    /// The properties a primary-raw table of this shape is created with.
+    #[must_use]
+    pub fn properties(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            PrimaryRawShape::IcebergCompatV2 => &PRIMARY_RAW_PROPERTIES,
+            PrimaryRawShape::DeltaReadable => &LOCAL_PRIMARY_RAW_PROPERTIES,
+        }
+    }
+
+    /// Every precondition of this shape that `live` does not meet, in words.
+    #[must_use]
+    pub fn unmet(self, live: &LiveTable) -> Vec<String> {
+        let mut unmet: Vec<String> = self
+            .properties()
+            .iter()
+            .filter(|(k, v)| live.properties.get(*k).map(String::as_str) != Some(*v))
+            .map(|(k, v)| format!("{k} is {:?}, needs {v:?}", live.properties.get(*k)))
+            .collect();
+        let Some(p) = &live.protocol else {
+            return unmet;
+        };
+        if p.has("deletionVectors")
+            && live
+                .properties
+                .get("delta.enableDeletionVectors")
+                .map(String::as_str)
+                == Some("true")
+        {
+            unmet.push("deletion vectors are enabled".into());
+        }
+        match self {
+            PrimaryRawShape::IcebergCompatV2 => {
+                if p.min_reader_version < 2 || p.min_writer_version < 7 {
+                    unmet.push(format!(
+                        "protocol is reader {} / writer {}, needs at least reader 2 / writer 7",
+                        p.min_reader_version, p.min_writer_version
+                    ));
+                }
+                for feature in ["columnMapping", "icebergCompatV2"] {
+                    if !p.writer_features.contains(feature) {
+                        unmet.push(format!("the protocol does not enable {feature}"));
+                    }
+                }
+            }
+            PrimaryRawShape::DeltaReadable => {
+                if let Some(f) = unreadable(p) {
+                    unmet.push(format!(
+                        "the protocol needs reader feature {f}, which the shipped reader cannot read"
+                    ));
+                }
+            }
+        }
+        unmet
+    }
+}
+
+/// A reader feature of `p` the shipped delta-rs reader (no datafusion) cannot read, if any.
+fn unreadable(p: &Protocol) -> Option<&str> {
+    const READABLE: [&str; 5] = [
+        "timestampNtz",
+        "deletionVectors",
+        "variantType",
+        "variantType-preview",
+        "v2Checkpoint",
+    ];
+    if p.min_reader_version > 3 {
+        return Some("(reader version above 3)");
+    }
+    p.reader_features
+        .iter()
+        .map(String::as_str)
+        .find(|f| !READABLE.contains(f))
+}
+
 /// Choices the plan cannot make by itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
@@ -57,88 +153,29 @@ pub struct Policy {
     pub allow_widening: bool,
     /// What to do with comments a person edited.
     pub human_edits: HumanEdits,
+    /// What a primary-raw table must be (set by the backend: Iceberg for Unity Catalog,
+    /// delta-rs readable for the local backend).
+    pub primary_raw: PrimaryRawShape,
 }
 
-/// Why a change is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RefusalReason {
-    /// The batches' type is narrower than the table's.
-    Narrowing {
-        /// The table's type.
-        live: String,
-        /// The batches' type.
-        wanted: String,
-    },
-    /// The types are unrelated, or the change would lose values.
-    TypeConflict {
-        /// The table's type.
-        live: String,
-        /// The batches' type.
-        wanted: String,
-        /// Why it cannot change.
-        why: &'static str,
-    },
-    /// A lossless widening, but the policy does not allow widening.
-    WideningNotAllowed {
-        /// The table's type.
-        live: String,
-        /// The batches' type.
-        wanted: String,
-    },
-    /// The batches would carry nulls into a `NOT NULL` column.
-    NullabilityConflict,
-    /// A `NOT NULL` column of the table is missing from the batches (dropping it is never done).
-    RequiredColumnMissing,
-    /// The table cannot hold the primary-raw role: these preconditions are unmet.
-    PrimaryRawPreconditions {
-        /// Each unmet precondition.
-        unmet: Vec<String>,
-    },
-}
-
-/// A refused change, naming the column when there is one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// The column, if the refusal is about one.
-    pub column: Option<String>,
-    /// Why.
-    pub reason: RefusalReason,
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(c) = &self.column {
-            write!(f, "column {c}: ")?;
-        }
-        match &self.reason {
-            RefusalReason::Narrowing { live, wanted } => {
-                write!(f, "narrowing from {live} to {wanted}")
-            }
-            RefusalReason::TypeConflict { live, wanted, why } => {
-                write!(f, "type conflict {live} vs {wanted} ({why})")
-            }
-            RefusalReason::WideningNotAllowed { live, wanted } => {
-                write!(
-                    f,
-                    "widening {live} to {wanted} is lossless but not allowed by the policy"
-                )
-            }
-            RefusalReason::NullabilityConflict => write!(
-                f,
-                "the table column is NOT NULL but the batches' field is nullable"
-            ),
-            RefusalReason::RequiredColumnMissing => {
-                write!(f, "a NOT NULL table column is missing from the batches")
-            }
-            RefusalReason::PrimaryRawPreconditions { unmet } => {
-                write!(
-                    f,
-                    "the table cannot hold the primary-raw role: {}",
-                    unmet.join(", ")
-                )
-            }
-        }
+/// Whether Iceberg readers of a table can follow a widening Delta allows: Iceberg V2 widens int
+/// to long (Delta's byte and short are Iceberg ints), float to double, and a decimal's
+/// precision at the same scale; nothing else.
+fn iceberg_follows(from: &DeltaType, to: &DeltaType) -> bool {
+    use DeltaType as D;
+    match (from, to) {
+        (D::Byte | D::Short | D::Integer, D::Integer | D::Long) | (D::Float, D::Double) => true,
+        (
+            D::Decimal {
+                precision: p,
+                scale: s,
+            },
+            D::Decimal {
+                precision: q,
+                scale: t,
+            },
+        ) => s == t && q >= p,
+        _ => false,
     }
 }
 
@@ -279,6 +316,11 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
     let Some(live) = live else {
         let mut properties = desired.properties.clone();
         properties.insert(MANAGED.to_owned(), "true".to_owned());
+        if desired.role == Role::PrimaryRaw {
+            for (k, v) in policy.primary_raw.properties() {
+                properties.insert((*k).to_owned(), (*v).to_owned());
+            }
+        }
         for c in &desired.columns {
             if let Some(comment) = &c.comment {
                 properties.insert(comment_hash_key(&c.name), comment_hash(&comment.text));
@@ -301,11 +343,7 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
     let mut properties: BTreeMap<String, String> = BTreeMap::new();
 
     if desired.role == Role::PrimaryRaw {
-        let unmet: Vec<String> = PRIMARY_RAW_PROPERTIES
-            .iter()
-            .filter(|(k, v)| live.properties.get(*k).map(String::as_str) != Some(*v))
-            .map(|(k, v)| format!("{k} is {:?}, needs {v:?}", live.properties.get(*k)))
-            .collect();
+        let unmet = policy.primary_raw.unmet(live);
         if !unmet.is_empty() {
             refusals.push(Refusal {
                 column: None,
@@ -330,8 +368,28 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
         };
         let (live_type, wanted) = (l.data_type.loosened(), d.data_type.loosened());
         let names = || (live_type.type_text(), wanted.type_text());
+        if let DeltaType::Unknown(type_text) = &live_type {
+            refusals.push(Refusal {
+                column: Some(d.name.clone()),
+                reason: RefusalReason::UnknownLiveType {
+                    type_text: type_text.clone(),
+                },
+            });
+            continue;
+        }
+        let iceberg = live
+            .properties
+            .get("delta.enableIcebergCompatV2")
+            .is_some_and(|v| v == "true");
         match live_type.can_widen_to(&wanted) {
             Widening::Same => {}
+            Widening::Lossless if iceberg && !iceberg_follows(&live_type, &wanted) => {
+                let (live, wanted) = names();
+                refusals.push(Refusal {
+                    column: Some(d.name.clone()),
+                    reason: RefusalReason::IcebergCannotFollow { live, wanted },
+                });
+            }
             Widening::Lossless if policy.allow_widening => {
                 widen.push(Action::WidenColumn {
                     column: l.name.clone(),

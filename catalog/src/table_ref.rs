@@ -86,6 +86,13 @@ impl fmt::Display for TableRef {
     }
 }
 
+/// A backquoted identifier, backquotes doubled (names sit at the bottom of the crate's layers,
+/// so the type map and the DDL renderer both quote with this).
+#[must_use]
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

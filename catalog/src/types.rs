@@ -57,7 +57,19 @@ pub enum DeltaType {
         value_contains_null: bool,
     },
     Struct(Vec<DeltaField>),
+    /// Semi-structured values (`VARIANT`). Arrow has no variant type: it is read and written as
+    /// the Parquet variant encoding, a struct of two binary fields `metadata` and `value`,
+    /// marked with the extension name [`VARIANT_EXTENSION`] on the field.
+    Variant,
+    /// A type this crate does not know, as the catalog wrote it (e.g. `geography(4326)`): kept
+    /// so that a table with such a column can still be described and given credentials; a plan
+    /// never changes such a column.
+    Unknown(String),
 }
+
+/// The Arrow extension name that marks a field as a Delta `VARIANT` (a struct of `metadata`
+/// and `value` binaries in the Parquet variant encoding).
+pub const VARIANT_EXTENSION: &str = "arrow.parquet.variant";
 
 /// A field of a Delta struct.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -273,6 +285,15 @@ impl DeltaType {
                     .collect::<Vec<_>>()
                     .into(),
             ),
+            DeltaType::Variant => DataType::Struct(
+                vec![
+                    Field::new("metadata", DataType::Binary, false),
+                    Field::new("value", DataType::Binary, false),
+                ]
+                .into(),
+            ),
+            // No Arrow type can be written to it.
+            DeltaType::Unknown(_) => DataType::Null,
         }
     }
 
@@ -296,6 +317,8 @@ impl DeltaType {
             DeltaType::Array { .. } => "ARRAY",
             DeltaType::Map { .. } => "MAP",
             DeltaType::Struct(_) => "STRUCT",
+            DeltaType::Variant => "VARIANT",
+            DeltaType::Unknown(_) => "USER_DEFINED_TYPE",
         }
     }
 
@@ -319,6 +342,7 @@ impl DeltaType {
                     .collect();
                 format!("struct<{}>", inner.join(","))
             }
+            DeltaType::Unknown(text) => text.clone(),
             other => other.type_name().to_ascii_lowercase(),
         }
     }
@@ -339,13 +363,14 @@ impl DeltaType {
                     .map(|f| {
                         format!(
                             "{}: {}",
-                            crate::ddl::quote_ident(&f.name),
+                            crate::table_ref::quote_ident(&f.name),
                             f.data_type.ddl()
                         )
                     })
                     .collect();
                 format!("STRUCT<{}>", inner.join(", "))
             }
+            DeltaType::Unknown(text) => text.to_ascii_uppercase(),
             other => other.type_name().to_owned(),
         }
     }
@@ -375,8 +400,21 @@ impl DeltaType {
                 "fields": fields.iter().map(|f| field_json(&f.name, &f.data_type, f.nullable, None)).collect::<Vec<_>>()
             }),
             DeltaType::Integer => json!("integer"),
+            DeltaType::Unknown(text) => json!(text),
             other => json!(other.type_name().to_ascii_lowercase()),
         }
+    }
+
+    /// Parses a type as a catalog describes it, keeping a type this crate does not know as
+    /// [`DeltaType::Unknown`] rather than failing (a describe must not fail on one column).
+    #[must_use]
+    pub fn from_json_lenient(value: &Value) -> DeltaType {
+        DeltaType::from_json(value).unwrap_or_else(|_| {
+            DeltaType::Unknown(match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
     }
 
     /// Parses a type in Spark's JSON schema format (also accepts the simple names UC uses).
@@ -439,6 +477,7 @@ impl DeltaType {
             "date" => DeltaType::Date,
             "timestamp" | "timestamp_ltz" => DeltaType::Timestamp,
             "timestamp_ntz" => DeltaType::TimestampNtz,
+            "variant" => DeltaType::Variant,
             "decimal" => DeltaType::Decimal {
                 precision: 10,
                 scale: 0,
@@ -502,6 +541,9 @@ impl DeltaType {
     /// timestamp_ntz. `bigint` to `double` is refused: a double holds 53 bits exactly.
     #[must_use]
     pub fn can_widen_to(&self, to: &DeltaType) -> Widening {
+        if matches!(self, DeltaType::Unknown(_)) || matches!(to, DeltaType::Unknown(_)) {
+            return Widening::Refused("a type this crate does not know never changes");
+        }
         if self.loosened() == to.loosened() {
             return Widening::Same;
         }

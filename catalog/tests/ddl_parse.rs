@@ -256,6 +256,7 @@ fn alter_statements_parse_and_carry_hostile_text_intact() {
         properties: BTreeMap::new(),
         table_id: None,
         storage_location: None,
+        protocol: None,
     };
     live.properties.insert("twg.managed".into(), "true".into());
     let p = plan(
@@ -364,6 +365,7 @@ fn a_refusing_plan_renders_nothing() {
         properties: BTreeMap::new(),
         table_id: None,
         storage_location: None,
+        protocol: None,
     };
     let err = ddl::render(&plan(Some(&live), &d, &Policy::default()))
         .unwrap_err()

@@ -51,6 +51,7 @@ fn apply(live: Option<LiveTable>, plan: &zerobus_sink_catalog::ReconcilePlan) ->
         properties: BTreeMap::new(),
         table_id: None,
         storage_location: None,
+        protocol: None,
     });
     for a in &plan.actions {
         match a {
@@ -476,4 +477,96 @@ fn bad_columns_are_named_errors() {
         true,
     )]);
     assert!(e.contains("column ts") && e.contains("microseconds"), "{e}");
+}
+
+#[test]
+fn on_an_iceberg_readable_table_only_widenings_iceberg_can_follow_are_planned() {
+    let live = created(&desired(
+        vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("amount", DataType::Int32, true),
+            Field::new("ratio", DataType::Float32, true),
+            Field::new("price", DataType::Decimal128(10, 2), true),
+            Field::new("day", DataType::Date32, true),
+        ],
+        None,
+        Role::PrimaryRaw,
+    ));
+    assert_eq!(live.properties["delta.enableIcebergCompatV2"], "true");
+    let widen = Policy {
+        allow_widening: true,
+        ..Policy::default()
+    };
+    let wanted = |amount: DataType, price: DataType, day: DataType| {
+        desired(
+            vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("amount", amount, true),
+                Field::new("ratio", DataType::Float64, true),
+                Field::new("price", price, true),
+                Field::new("day", day, true),
+            ],
+            None,
+            Role::PrimaryRaw,
+        )
+    };
+    // int -> long, float -> double, decimal precision up at the same scale: Iceberg V2 follows.
+    let ok = plan(
+        Some(&live),
+        &wanted(
+            DataType::Int64,
+            DataType::Decimal128(14, 2),
+            DataType::Date32,
+        ),
+        &widen,
+    );
+    assert!(ok.refusals().is_empty(), "{ok}");
+    let widened: Vec<&str> = ok
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::WidenColumn { column, .. } => Some(column.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(widened, ["amount", "ratio", "price"]);
+    // Widenings Delta allows but Iceberg V2 cannot follow are refused, each named.
+    let refused = plan(
+        Some(&live),
+        &wanted(
+            DataType::Float64,
+            DataType::Decimal128(14, 4),
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ),
+        &widen,
+    );
+    let reasons = refusal_reasons(&refused);
+    let columns: Vec<&str> = reasons
+        .iter()
+        .filter(|(_, r)| matches!(r, RefusalReason::IcebergCannotFollow { .. }))
+        .filter_map(|(c, _)| c.as_deref())
+        .collect();
+    assert_eq!(columns, ["amount", "price", "day"], "{refused}");
+    // The same widenings on a table without Iceberg reads are planned.
+    let plain = created(&desired(
+        vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("amount", DataType::Int32, true),
+            Field::new("ratio", DataType::Float32, true),
+            Field::new("price", DataType::Decimal128(10, 2), true),
+            Field::new("day", DataType::Date32, true),
+        ],
+        None,
+        Role::Standard,
+    ));
+    let d = DesiredTable {
+        role: Role::Standard,
+        ..wanted(
+            DataType::Float64,
+            DataType::Decimal128(14, 4),
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        )
+    };
+    let p = plan(Some(&plain), &d, &widen);
+    assert!(p.refusals().is_empty(), "{p}");
 }

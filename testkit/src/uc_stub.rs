@@ -5,8 +5,11 @@
 //! after parsing it with `sqlparser` (Databricks dialect) and converting the parsed types to
 //! Spark JSON with its own code, not the catalog's. Statements alternate between finishing at
 //! once and going PENDING then RUNNING (so polling is exercised); unparseable or impossible DDL
-//! ends FAILED with a message. It speaks the quirks UNITY_CATALOG.md lists: int64 fields as
-//! strings, `errorCode` in camelCase, 404 for a missing table. OAuth M2M tokens are minted at
+//! ends FAILED with a message. It answers errors as Databricks does: `{"error_code", "message"}`,
+//! with `TABLE_DOES_NOT_EXIST` for a missing table and `SCHEMA_DOES_NOT_EXIST` /
+//! `CATALOG_DOES_NOT_EXIST` for a missing parent (the open-source server's own `errorCode`
+//! shape is checked against that server, in the catalog's `uc_server` test). int64 fields come
+//! as strings, as the open-source server sends them. OAuth M2M tokens are minted at
 //! `/oidc/v1/token` for one client id and secret; other requests need a live token.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,6 +61,14 @@ struct Inner {
     token_requests: Vec<String>,
     executed: Vec<String>,
     fail_next: Vec<u16>,
+    /// The token endpoint's next answers fail with these statuses.
+    fail_next_token: Vec<u16>,
+    /// Schemas or catalogs that do not exist: (name prefix, error code).
+    missing_parents: Vec<(String, String)>,
+    /// The next statement is applied but its response is lost (a 503 instead).
+    lose_next_statement: bool,
+    /// The credentials block to answer with, instead of the AWS one.
+    credentials: Option<Value>,
 }
 
 /// The stub's shared state, and what tests can see and change.
@@ -148,6 +159,57 @@ impl UcStub {
         self.lock().fail_next.extend_from_slice(statuses);
     }
 
+    /// The token endpoint's next requests (one per status) fail with these HTTP statuses.
+    pub fn fail_next_token(&self, statuses: &[u16]) {
+        self.lock().fail_next_token.extend_from_slice(statuses);
+    }
+
+    /// Tables under `prefix` (`catalog` or `catalog.schema`) answer 404 with `code` (e.g.
+    /// `SCHEMA_DOES_NOT_EXIST`): their parent does not exist.
+    pub fn missing_parent(&self, prefix: &str, code: &str) {
+        self.lock()
+            .missing_parents
+            .push((format!("{prefix}."), code.to_owned()));
+    }
+
+    /// The next statement is applied, but its response is lost: the client gets a 503 and
+    /// retries the POST, so the statement runs twice.
+    pub fn lose_next_statement_response(&self) {
+        self.lock().lose_next_statement = true;
+    }
+
+    /// Puts a table as another writer made it: `columns` are Unity Catalog `ColumnInfo`
+    /// objects (any `type_text` / `type_json`, e.g. `variant` or `geography(4326)`).
+    pub fn put_table(&self, full_name: &str, columns: &[(&str, &str)]) {
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        let table_id = format!("00000000-0000-4000-8000-{:012}", inner.next_id);
+        let columns = columns
+            .iter()
+            .map(|(name, type_text)| Column {
+                name: (*name).to_owned(),
+                data_type: json!(type_text),
+                nullable: true,
+                comment: None,
+            })
+            .collect();
+        inner.tables.insert(
+            full_name.to_owned(),
+            Table {
+                columns,
+                properties: BTreeMap::new(),
+                comment: None,
+                table_id,
+            },
+        );
+    }
+
+    /// Temporary credentials answer with this JSON object (merged with `url` and
+    /// `expiration_time`) instead of the AWS block.
+    pub fn answer_credentials_with(&self, block: Value) {
+        self.lock().credentials = Some(block);
+    }
+
     /// A column's comment, as the stub holds it.
     #[must_use]
     pub fn column_comment(&self, table: &str, column: &str) -> Option<String> {
@@ -173,6 +235,15 @@ impl UcStub {
         }
     }
 
+    /// Sets table properties directly (another writer, or a person, changing the table).
+    pub fn set_properties(&self, table: &str, properties: &[(&str, &str)]) {
+        if let Some(t) = self.lock().tables.get_mut(table) {
+            for (k, v) in properties {
+                t.properties.insert((*k).to_owned(), (*v).to_owned());
+            }
+        }
+    }
+
     /// A table's property.
     #[must_use]
     pub fn property(&self, table: &str, key: &str) -> Option<String> {
@@ -183,7 +254,7 @@ impl UcStub {
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
     (
         status,
-        axum::Json(json!({ "errorCode": code, "message": message })),
+        axum::Json(json!({ "error_code": code, "message": message })),
     )
         .into_response()
 }
@@ -226,6 +297,11 @@ async fn token(State(stub): State<UcStub>, headers: HeaderMap, body: String) -> 
     }
     let mut inner = stub.lock();
     inner.token_requests.push(body);
+    if !inner.fail_next_token.is_empty() {
+        let status = inner.fail_next_token.remove(0);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, "upstream identity provider unavailable").into_response();
+    }
     inner.minted += 1;
     let token = format!("stub-token-{}", inner.minted);
     inner.tokens.insert(token.clone());
@@ -241,11 +317,22 @@ async fn get_table(
         return r;
     }
     let inner = stub.lock();
+    if let Some((_, code)) = inner
+        .missing_parents
+        .iter()
+        .find(|(prefix, _)| full_name.starts_with(prefix.as_str()))
+    {
+        return error(
+            StatusCode::NOT_FOUND,
+            code,
+            &format!("the parent of {full_name} does not exist"),
+        );
+    }
     let Some(t) = inner.tables.get(&full_name) else {
         return error(
             StatusCode::NOT_FOUND,
-            "RESOURCE_NOT_FOUND",
-            "The requested resource does not exist.",
+            "TABLE_DOES_NOT_EXIST",
+            &format!("Table '{full_name}' does not exist."),
         );
     };
     let parts: Vec<&str> = full_name.split('.').collect();
@@ -311,6 +398,13 @@ async fn submit(
     let outcome = apply(&mut inner, sql);
     if outcome.is_ok() {
         inner.executed.push(sql.to_owned());
+    }
+    if std::mem::take(&mut inner.lose_next_statement) {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "TEMPORARILY_UNAVAILABLE",
+            "the response was lost",
+        );
     }
     inner.next_id += 1;
     let id = format!("stmt-{}", inner.next_id);
@@ -398,12 +492,17 @@ async fn credentials(
             "unknown table_id",
         );
     }
-    axum::Json(json!({
+    let mut answer = json!({
         "url": format!("s3://stub-bucket/{id}"),
         "expiration_time": "1795959661788",
-        "aws_temp_credentials": { "access_key_id": "AKIASTUB", "secret_access_key": "stub-secret-key", "session_token": "stub-session" },
-    }))
-    .into_response()
+    });
+    let block = inner.credentials.clone().unwrap_or_else(|| {
+        json!({"aws_temp_credentials": { "access_key_id": "AKIASTUB", "secret_access_key": "stub-secret-key", "session_token": "stub-session" }})
+    });
+    if let (Some(a), Some(b)) = (answer.as_object_mut(), block.as_object()) {
+        a.extend(b.clone());
+    }
+    axum::Json(answer).into_response()
 }
 
 // ----- applying DDL ---------------------------------------------------------------------------
@@ -418,6 +517,9 @@ fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
         Statement::CreateTable(c) => {
             let name = object_name(&c.name);
             if inner.tables.contains_key(&name) {
+                if c.if_not_exists {
+                    return Ok(());
+                }
                 return Err(format!("TABLE_OR_VIEW_ALREADY_EXISTS: {name}"));
             }
             let columns = c

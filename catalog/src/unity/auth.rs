@@ -161,10 +161,15 @@ impl TokenSource {
             });
         }
         if !(200..300).contains(&status) {
+            let message = if status == 404 && body.trim().is_empty() {
+                "nothing answers there: is the workspace URL right?".to_owned()
+            } else {
+                body
+            };
             return Err(CatalogError::TokenRefused {
                 target: self.token_url.clone(),
                 status,
-                message: body,
+                message,
             });
         }
         let token: TokenResponse =

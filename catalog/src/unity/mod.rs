@@ -1,9 +1,20 @@
 //! The Unity Catalog backend: describe through the UC REST API, DDL through the SQL Statement
 //! Execution API on a warehouse, temporary table credentials, OAuth M2M (UNITY_CATALOG.md).
 //!
-//! HTTP 429 and 5xx are retried (a few times, with backoff); other errors are permanent and
-//! name the table. A refused token is dropped and the call retried once with a fresh one.
-//! Secrets never appear in errors, logs or `Debug` output.
+//! HTTP 429 and 5xx are retried (a few times, with backoff), the OAuth token endpoint's own
+//! failures included; other errors are permanent and name the table, the endpoint and the
+//! service's `error_code`. A refused token is dropped and the call retried once with a fresh
+//! one. Secrets never appear in errors, logs or `Debug` output.
+//!
+//! A `404` means "absent" only when it says so: `TABLE_DOES_NOT_EXIST` (or the open-source
+//! server's `RESOURCE_NOT_FOUND` / `RESOURCE_DOES_NOT_EXIST` for a table). A missing schema or
+//! catalog is an error naming its code; a `404` with an empty or non-JSON body is a wrong URL,
+//! named as such.
+//!
+//! Reconciling is idempotent under concurrent callers and retried requests: `CREATE TABLE IF
+//! NOT EXISTS`, and a statement that fails because its change is already there (another sink
+//! got there first, or a retried request had already run) describes the table again and plans
+//! again.
 
 mod auth;
 mod models;
@@ -22,7 +33,7 @@ use crate::catalog::{
 use crate::ddl;
 use crate::desired::DesiredTable;
 use crate::error::CatalogError;
-use crate::live::{LiveColumn, LiveTable};
+use crate::live::{LiveColumn, LiveTable, Protocol};
 use crate::plan::{Action, Policy, ReconcilePlan, plan};
 use crate::table_ref::TableRef;
 use crate::types::DeltaType;
@@ -115,8 +126,18 @@ impl UnityCatalog {
         loop {
             attempt += 1;
             let mut request = self.http.request(method.clone(), &url);
-            if let Some(header) = self.tokens.header(&self.http).await? {
-                request = request.header(reqwest::header::AUTHORIZATION, header);
+            // The token endpoint's own failures go through the same retries.
+            match self.tokens.header(&self.http).await {
+                Ok(Some(header)) => {
+                    request = request.header(reqwest::header::AUTHORIZATION, header);
+                }
+                Ok(None) => {}
+                Err(e) if e.is_retryable() && attempt < self.config.max_attempts => {
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2);
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
             if let Some(b) = body {
                 request = request.json(b);
@@ -126,7 +147,7 @@ impl UnityCatalog {
                 Err(e) => Err(CatalogError::Transport {
                     operation,
                     target: target.to_owned(),
-                    message: e.without_url().to_string(),
+                    message: format!("{} {url}: {}", method, e.without_url()),
                 }),
                 Ok(response) => {
                     let status = response.status();
@@ -136,9 +157,7 @@ impl UnityCatalog {
                     } else {
                         serde_json::from_str(&text).unwrap_or(Value::String(text))
                     };
-                    if status.is_success()
-                        || (status == StatusCode::NOT_FOUND && operation == "describe")
-                    {
+                    if status.is_success() || (status == StatusCode::NOT_FOUND && absent(&value)) {
                         return Ok((status, value));
                     }
                     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
@@ -149,7 +168,7 @@ impl UnityCatalog {
                         self.tokens.invalidate().await;
                         continue;
                     }
-                    Err(http_error(operation, target, status, &value))
+                    Err(http_error(operation, target, status, &value, &method, path))
                 }
             };
             match outcome {
@@ -261,13 +280,50 @@ fn summary(statement: &str) -> String {
         .join(" ")
 }
 
+/// The error codes that mean "this table does not exist" (Databricks, and the open-source
+/// server for a missing resource). Anything else in a 404 is an error.
+const ABSENT: [&str; 3] = [
+    "TABLE_DOES_NOT_EXIST",
+    "RESOURCE_DOES_NOT_EXIST",
+    "RESOURCE_NOT_FOUND",
+];
+
+/// Whether a 404's body says the table is absent.
+fn absent(body: &Value) -> bool {
+    serde_json::from_value::<ServiceError>(body.clone())
+        .ok()
+        .and_then(|e| e.error_code)
+        .is_some_and(|code| ABSENT.contains(&code.as_str()))
+}
+
 fn http_error(
     operation: &'static str,
     target: &str,
     status: StatusCode,
     body: &Value,
+    method: &Method,
+    path: &str,
 ) -> CatalogError {
-    let parsed: Option<ServiceError> = serde_json::from_value(body.clone()).ok();
+    let parsed: Option<ServiceError> =
+        serde_json::from_value(body.clone())
+            .ok()
+            .filter(|e: &ServiceError| {
+                e.error_code.is_some() || e.message.is_some() || e.error.is_some()
+            });
+    if status == StatusCode::NOT_FOUND && parsed.is_none() {
+        // No error code at all: nothing answered for this path (a wrong workspace URL, or an
+        // endpoint this server does not have).
+        return CatalogError::Http {
+            operation,
+            target: target.to_owned(),
+            status: 404,
+            code: None,
+            message: format!(
+                "nothing answers {method} {path} (a 404 without an error code: is the workspace URL right?)"
+            ),
+            retryable: false,
+        };
+    }
     let (code, message) = match parsed {
         Some(e) => {
             let nested = e.error.as_deref();
@@ -298,8 +354,21 @@ fn http_error(
     }
 }
 
-/// A column's type from what UC returns: `type_json` first, then `type_text`, then `type_name`.
-fn column_type(c: &models::ColumnInfo) -> Result<DeltaType, String> {
+/// A column's type from what UC returns: `type_json` first, then `type_text`, then `type_name`;
+/// a type this crate does not know is kept as [`DeltaType::Unknown`] (describe never fails on
+/// one column).
+fn column_type(c: &models::ColumnInfo) -> DeltaType {
+    known_column_type(c).unwrap_or_else(|_| {
+        DeltaType::Unknown(
+            c.type_text
+                .clone()
+                .or_else(|| c.type_name.clone())
+                .unwrap_or_else(|| "unknown".into()),
+        )
+    })
+}
+
+fn known_column_type(c: &models::ColumnInfo) -> Result<DeltaType, String> {
     if let Some(json) = &c.type_json {
         let field: Value = serde_json::from_str(json).map_err(|e| format!("type_json: {e}"))?;
         if let Some(t) = field.get("type") {
@@ -336,24 +405,18 @@ impl TableCatalog for UnityCatalog {
         columns.sort_by_key(|c| c.position.unwrap_or(i64::MAX));
         let columns = columns
             .iter()
-            .map(|c| {
-                let data_type = column_type(c).map_err(|reason| CatalogError::LiveSchema {
-                    table: target.clone(),
-                    column: c.name.clone(),
-                    reason,
-                })?;
-                Ok(LiveColumn {
-                    name: c.name.clone(),
-                    data_type,
-                    nullable: c.nullable.unwrap_or(true),
-                    comment: c.comment.clone(),
-                })
+            .map(|c| LiveColumn {
+                name: c.name.clone(),
+                data_type: column_type(c),
+                nullable: c.nullable.unwrap_or(true),
+                comment: c.comment.clone(),
             })
-            .collect::<Result<Vec<_>, CatalogError>>()?;
+            .collect();
         Ok(Some(LiveTable {
             table: table.clone(),
             columns,
             comment: info.comment,
+            protocol: Protocol::from_properties(&info.properties),
             properties: info.properties,
             table_id: info.table_id,
             storage_location: info.storage_location,
@@ -365,9 +428,38 @@ impl TableCatalog for UnityCatalog {
         desired: &DesiredTable,
         policy: &Policy,
     ) -> Result<ReconcileOutcome, CatalogError> {
-        let live = self.describe(&desired.table).await?;
-        self.execute_plan(plan(live.as_ref(), desired, policy))
-            .await
+        let mut executed = Vec::new();
+        let mut first = None;
+        // Describe, plan, execute; then again, until the plan is empty: a statement that lost a
+        // race (or ran twice) plans again, and the last pass proves the table is as wanted.
+        for _ in 0..4 {
+            let live = self.describe(&desired.table).await?;
+            let plan = plan(live.as_ref(), desired, policy);
+            let refusals = plan.refusals();
+            if !refusals.is_empty() {
+                return Err(CatalogError::Refused {
+                    table: desired.table.full_name(),
+                    refusals,
+                });
+            }
+            let done = plan.actions.is_empty();
+            let shown = first.get_or_insert_with(|| plan.clone()).clone();
+            if done {
+                return Ok(ReconcileOutcome {
+                    plan: shown,
+                    executed,
+                });
+            }
+            match self.execute_plan(plan).await {
+                Ok(outcome) => executed.extend(outcome.executed),
+                Err(e) if e.is_conflict() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(CatalogError::Conflict {
+            table: desired.table.full_name(),
+            message: "the table kept changing under the reconcile (4 passes)".into(),
+        })
     }
 
     async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
@@ -393,13 +485,8 @@ impl TableCatalog for UnityCatalog {
         let live = self
             .describe(table)
             .await?
-            .ok_or_else(|| CatalogError::Http {
-                operation: "vend credentials",
-                target: target.clone(),
-                status: 404,
-                code: Some("TABLE_DOES_NOT_EXIST".into()),
-                message: "no such table".into(),
-                retryable: false,
+            .ok_or_else(|| CatalogError::TableAbsent {
+                table: target.clone(),
             })?;
         let table_id = live.table_id.ok_or_else(|| CatalogError::Decode {
             operation: "vend credentials",
@@ -428,6 +515,17 @@ impl TableCatalog for UnityCatalog {
             CloudCredentials::AzureAad(aad.aad_token)
         } else if let Some(gcp) = c.gcp_oauth_token {
             CloudCredentials::Gcp(gcp.oauth_token)
+        } else if let Some(r2) = c.r2_temp_credentials {
+            CloudCredentials::R2 {
+                access_key_id: r2.access_key_id,
+                secret_access_key: r2.secret_access_key,
+                session_token: r2.session_token,
+            }
+        } else if let Some(provider) = c.other.iter().find(|(_, v)| v.is_object()).map(|(k, _)| k) {
+            return Err(CatalogError::UnsupportedCredentials {
+                table: target,
+                provider: provider.clone(),
+            });
         } else {
             CloudCredentials::None
         };

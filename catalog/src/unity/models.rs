@@ -128,6 +128,12 @@ pub(crate) struct TemporaryCredentials {
     pub(crate) azure_aad: Option<AadToken>,
     #[serde(default)]
     pub(crate) gcp_oauth_token: Option<GcpToken>,
+    #[serde(default)]
+    pub(crate) r2_temp_credentials: Option<AwsTemp>,
+    /// Anything else: a credential block of a provider this crate does not model is refused
+    /// by name rather than silently dropped.
+    #[serde(flatten)]
+    pub(crate) other: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
