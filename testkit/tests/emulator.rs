@@ -1,15 +1,22 @@
 //! The emulator refuses hostile input with an error status and keeps serving: bad metadata,
 //! offset gaps, a batch before the schema, garbage IPC, and a compressed buffer that claims a
 //! terabyte (DEPENDENCIES.md trap 7) must each end that call, not the server or its memory.
+//! With a Delta root it checks streams against real Delta tables and materializes acked rows
+//! into them exactly once, across crashes.
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use std::time::Duration;
+
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightData, PutResult, SchemaAsIpc};
 use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
 use arrow_ipc::{CompressionType, MetadataVersion};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use tonic::{Code, Status};
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::{DesiredTable, Policy, Role, TableCatalog, TableRef};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 
 const TABLE: &str = "main.bronze.hostile";
@@ -27,13 +34,21 @@ fn options() -> IpcWriteOptions {
 }
 
 fn schema_message() -> FlightData {
-    SchemaAsIpc::new(&batch().schema(), &options()).into()
+    schema_of(&batch())
 }
 
 fn batch_message(offset: u64) -> FlightData {
+    message_of(&batch(), offset)
+}
+
+fn schema_of(batch: &RecordBatch) -> FlightData {
+    SchemaAsIpc::new(&batch.schema(), &options()).into()
+}
+
+fn message_of(batch: &RecordBatch, offset: u64) -> FlightData {
     let (_, encoded) = IpcDataGenerator::default()
         .encode(
-            &batch(),
+            batch,
             &mut DictionaryTracker::new(false),
             &options(),
             &mut IpcWriteContext::default(),
@@ -212,4 +227,196 @@ async fn acks_are_cumulative_rows_and_batch_as_configured() {
         replies.len() - 1
     );
     assert_eq!(batched.stats().acks as usize, replies.len() - 1);
+}
+
+// ---- Delta tables (a catalog root) ----
+
+/// `rows` rows with ids from `first`, stamped as the sink stamps them.
+fn stamped(first: i64, rows: i64) -> RecordBatch {
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(first..first + rows));
+    let ts: ArrayRef = Arc::new(
+        TimestampMicrosecondArray::from(vec![1_700_000_000_000_000; rows as usize])
+            .with_timezone("UTC"),
+    );
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(
+                "_twg_emit_ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+        ])),
+        vec![ids, ts],
+    )
+    .unwrap()
+}
+
+/// The schema message and `n` batches of 100 rows, ids from `first`.
+fn stamped_call(first: i64, n: u64) -> Vec<FlightData> {
+    std::iter::once(schema_of(&stamped(0, 1)))
+        .chain((0..n).map(|i| message_of(&stamped(first + i as i64 * 100, 100), i)))
+        .collect()
+}
+
+/// Creates `table` under `root` with the local catalog backend, for batches of `stamped`.
+async fn create_table(root: &std::path::Path, table: &str) {
+    let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+    let desired = DesiredTable::from_arrow(
+        TableRef::parse(table).unwrap(),
+        &schema,
+        None,
+        Role::Standard,
+    )
+    .unwrap();
+    LocalDelta::new(root)
+        .reconcile(&desired, &Policy::default())
+        .await
+        .unwrap();
+}
+
+/// Every id in the Delta table, read back from its Parquet files through delta-rs.
+async fn ids_in_table(root: &std::path::Path, table: &str) -> Vec<i64> {
+    let location = LocalDelta::new(root).location(&TableRef::parse(table).unwrap());
+    let url = url::Url::from_directory_path(std::fs::canonicalize(location).unwrap()).unwrap();
+    let t = deltalake::open_table(url).await.unwrap();
+    let mut ids = Vec::new();
+    for uri in t.get_file_uris().unwrap() {
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
+        let reader =
+            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                std::fs::File::open(path).unwrap(),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in reader {
+            let b = b.unwrap();
+            let col = b.column_by_name("id").unwrap();
+            ids.extend(col.as_any().downcast_ref::<Int64Array>().unwrap().values());
+        }
+    }
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_delta_root_streams_are_checked_against_their_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tables");
+    create_table(&root, TABLE).await;
+    let emu = Emulator::start(EmulatorConfig::new(dir.path().join("wal")).delta_root(&root))
+        .await
+        .unwrap();
+    // A table that does not exist: NOT_FOUND, naming it (permanent, PROTOCOL.md C.1).
+    refused(
+        call(&emu, Some("main.bronze.nowhere"), stamped_call(0, 1)).await,
+        Code::NotFound,
+        "main.bronze.nowhere does not exist",
+    );
+    // A stream without the stamped NOT NULL column, and with a column the table lacks: the
+    // service's schema rejection, with its ErrorInfo naming both causes.
+    let extra = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("surprise", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+    ])
+    .unwrap();
+    let status = call(
+        &emu,
+        Some(TABLE),
+        vec![schema_of(&extra), message_of(&extra, 0)],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let info = tonic_types::StatusExt::get_details_error_info(&status).expect("ErrorInfo");
+    assert_eq!(info.reason, "SCHEMA_VALIDATION_FAILED");
+    assert_eq!(info.domain, "zerobus.databricks.com");
+    let causes = &info.metadata["causes"];
+    assert!(
+        causes.contains("FIELD_NOT_IN_TABLE") && causes.contains("MISSING_REQUIRED_COLUMN"),
+        "{causes}"
+    );
+    assert!(status.message().contains("surprise"), "{status:?}");
+    // A type the column does not have.
+    let wrong = RecordBatch::try_from_iter([(
+        "id",
+        Arc::new(arrow_array::StringArray::from(vec!["1"])) as ArrayRef,
+    )])
+    .unwrap();
+    let status = call(&emu, Some(TABLE), vec![schema_of(&wrong)])
+        .await
+        .unwrap_err();
+    let info = tonic_types::StatusExt::get_details_error_info(&status).expect("ErrorInfo");
+    assert!(
+        info.metadata["causes"].contains("TYPE_INCOMPATIBLE"),
+        "{status:?}"
+    );
+    // The right schema is served.
+    let replies = call(&emu, Some(TABLE), stamped_call(0, 2)).await.unwrap();
+    assert_eq!(
+        metadata(&replies).last().unwrap(),
+        r#"{"ack_up_to_offset":1,"ack_up_to_records":200}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_rows_land_in_the_delta_table_exactly_once_across_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, wal) = (dir.path().join("tables"), dir.path().join("wal"));
+    create_table(&root, TABLE).await;
+    let quick = || {
+        EmulatorConfig::new(&wal)
+            .delta_root(&root)
+            .materialize_lag(Duration::from_millis(20))
+    };
+    let emu = Emulator::start(quick()).await.unwrap();
+    call(&emu, Some(TABLE), stamped_call(0, 5)).await.unwrap();
+    emu.until_materialized(TABLE).await;
+    assert_eq!(
+        ids_in_table(&root, TABLE).await,
+        (0..500).collect::<Vec<_>>()
+    );
+    // Logged and acked, then a crash before the next round: nothing is in the table yet...
+    let addr = emu.addr();
+    let slow = || {
+        EmulatorConfig::new(&wal)
+            .delta_root(&root)
+            .materialize_lag(Duration::from_secs(3600))
+    };
+    emu.kill();
+    let emu = Emulator::bind(addr, slow()).await.unwrap();
+    call(&emu, Some(TABLE), stamped_call(500, 5)).await.unwrap();
+    assert_eq!(
+        ids_in_table(&root, TABLE).await.len(),
+        500,
+        "not materialized yet"
+    );
+    emu.kill();
+    // ...and the next start resumes from the position recorded in the table's last commit:
+    // the new rows land once, the old ones are not appended again.
+    let emu = Emulator::bind(addr, quick()).await.unwrap();
+    emu.until_materialized(TABLE).await;
+    assert_eq!(
+        ids_in_table(&root, TABLE).await,
+        (0..1000).collect::<Vec<_>>()
+    );
+    assert_eq!(emu.stats().materialized_rows, 500);
+    // A graceful stop materializes what is logged, and a restart after it adds nothing.
+    let emu2 = {
+        emu.kill();
+        Emulator::bind(addr, slow()).await.unwrap()
+    };
+    call(&emu2, Some(TABLE), stamped_call(1000, 3))
+        .await
+        .unwrap();
+    emu2.shutdown().await;
+    assert_eq!(
+        ids_in_table(&root, TABLE).await,
+        (0..1300).collect::<Vec<_>>()
+    );
+    let emu3 = Emulator::bind(addr, quick()).await.unwrap();
+    emu3.until_materialized(TABLE).await;
+    assert_eq!(emu3.stats().materialized_rows, 0);
+    assert_eq!(ids_in_table(&root, TABLE).await.len(), 1300);
 }

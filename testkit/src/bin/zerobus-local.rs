@@ -1,12 +1,17 @@
 //! `zerobus-local`: the loopback Zerobus emulator as a process.
 //!
 //! ```text
-//! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal] [--ack-latency-ms 0]
-//!               [--max-messages-per-ack 0] [--max-streams-per-table N]
+//! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal]
+//!               [--tables ./zerobus-local-tables] [--materialize-lag-ms 1000]
+//!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
 //! ```
-//! Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). Ctrl-C stops
-//! it and prints its counters (never a bearer token). A restart on the same `--wal-dir` serves
-//! what was logged before, and counts it.
+//! Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). It serves
+//! the Delta tables under `--tables` (the local catalog backend's root: create them with
+//! `zerobus_sink_catalog::local::LocalDelta`, or let the sink provision them): a stream for a
+//! table that does not exist gets `NOT_FOUND`, one whose schema does not fit gets
+//! `SCHEMA_VALIDATION_FAILED`, and acked rows land in the table about `--materialize-lag-ms`
+//! later, exactly once across restarts. Ctrl-C stops it, materializes what is logged and prints
+//! its counters (never a bearer token). A restart on the same directories carries on.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -14,15 +19,20 @@ use std::time::Duration;
 
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 
-const USAGE: &str =
-    "usage: zerobus-local [--addr HOST:PORT] [--wal-dir DIR] [--ack-latency-ms MS] \
-     [--max-messages-per-ack N] [--max-streams-per-table N]
+const USAGE: &str = "usage: zerobus-local [--addr HOST:PORT] [--wal-dir DIR] [--tables DIR] \
+     [--materialize-lag-ms MS] [--ack-latency-ms MS] [--max-messages-per-ack N] \
+     [--max-streams-per-table N]
 
-A loopback Zerobus (Arrow Flight) for local runs and tests. Acks only after its write-ahead log
-is synced; serves what an earlier run logged in the same --wal-dir. Ctrl-C prints its counters.
+A loopback Zerobus (Arrow Flight) for local runs and tests. Serves the Delta tables under
+--tables; acks only after its write-ahead log is synced, then appends the acked rows to the
+table's Delta log (exactly once, also across restarts). Ctrl-C materializes what is logged
+and prints its counters.
 
   --addr HOST:PORT            where to listen (default 127.0.0.1:50051)
   --wal-dir DIR               write-ahead logs, one per table (default ./zerobus-local-wal)
+  --tables DIR                the local catalog's root: DIR/catalog/schema/table
+                              (default ./zerobus-local-tables)
+  --materialize-lag-ms MS     how long acked rows wait before they land (default 1000)
   --ack-latency-ms MS         added time to durability (default 0)
   --max-messages-per-ack N    at most N messages per ack (default 0: no limit)
   --max-streams-per-table N   refuse streams beyond N per table with RESOURCE_EXHAUSTED
@@ -37,16 +47,18 @@ fn usage(error: &str) -> ExitCode {
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut addr: SocketAddr = "127.0.0.1:50051".parse().expect("a valid address");
-    let mut config = EmulatorConfig::new("zerobus-local-wal");
+    let mut config = EmulatorConfig::new("zerobus-local-wal").delta_root("zerobus-local-tables");
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        const FLAGS: [&str; 5] = [
+        const FLAGS: [&str; 7] = [
             "--addr",
             "--wal-dir",
+            "--tables",
+            "--materialize-lag-ms",
             "--ack-latency-ms",
             "--max-messages-per-ack",
             "--max-streams-per-table",
@@ -70,6 +82,13 @@ async fn main() -> ExitCode {
             "--wal-dir" => {
                 config.wal_dir = value.clone().into();
                 Ok(())
+            }
+            "--tables" => {
+                config.delta_root = Some(value.clone().into());
+                Ok(())
+            }
+            "--materialize-lag-ms" => {
+                number().map(|n| config.materialize_lag = Duration::from_millis(n))
             }
             "--ack-latency-ms" => number().map(|n| config.ack_latency = Duration::from_millis(n)),
             "--max-messages-per-ack" => number().map(|n| config.max_messages_per_ack = n as usize),
@@ -95,6 +114,12 @@ async fn main() -> ExitCode {
         emulator.url(),
         emulator.wal_dir().display()
     );
+    if let Some(root) = emulator.delta_root() {
+        println!(
+            "tables: Delta tables under {} (catalog/schema/table); acked rows land there",
+            root.display()
+        );
+    }
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("zerobus-local: waiting for ctrl-c: {e}");
     }

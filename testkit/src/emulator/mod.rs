@@ -15,6 +15,7 @@
 //! Hostile input (bad metadata, gaps, malformed or oversized IPC) ends the call with an error
 //! status; decoding is bounded and cannot crash the server.
 
+pub mod delta;
 mod frame;
 mod service;
 mod socket;
@@ -54,6 +55,13 @@ pub struct EmulatorConfig {
     pub max_decoded_bytes: u64,
     /// Serve TLS with this PEM certificate chain and private key (`None`: plaintext).
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// Serve the Delta tables of a local catalog under this root ([`delta`]): streams are
+    /// checked against their table, and acked rows land in it. `None`: any table name is
+    /// accepted and rows stay in the write-ahead logs.
+    pub delta_root: Option<PathBuf>,
+    /// How long acked rows wait before they are appended to their Delta table (grouped into one
+    /// commit per table per round).
+    pub materialize_lag: Duration,
 }
 
 impl EmulatorConfig {
@@ -68,7 +76,24 @@ impl EmulatorConfig {
             max_message_bytes: 16 << 20,
             max_decoded_bytes: 256 << 20,
             tls: None,
+            delta_root: None,
+            materialize_lag: Duration::from_secs(1),
         }
+    }
+
+    /// Serves the Delta tables under `root` (the local catalog backend's root) and
+    /// materializes acked rows into them ([`delta`]).
+    #[must_use]
+    pub fn delta_root(mut self, root: impl Into<PathBuf>) -> EmulatorConfig {
+        self.delta_root = Some(root.into());
+        self
+    }
+
+    /// Sets [`materialize_lag`](EmulatorConfig::materialize_lag).
+    #[must_use]
+    pub fn materialize_lag(mut self, lag: Duration) -> EmulatorConfig {
+        self.materialize_lag = lag;
+        self
     }
 
     /// Serves TLS with this PEM certificate chain and key; [`Emulator::url`] becomes `https://`.
@@ -181,6 +206,12 @@ pub struct Stats {
     /// Batches found in the write-ahead logs at start (durable before a restart); included in
     /// `messages` and `rows`.
     pub recovered_messages: u64,
+    /// Rows appended to Delta tables by the materializer (this run).
+    pub materialized_rows: u64,
+    /// Delta commits the materializer made (this run).
+    pub materialized_commits: u64,
+    /// Materializer rounds that failed for a table (retried the next round).
+    pub materialize_errors: u64,
 }
 
 impl std::fmt::Debug for Stats {
@@ -203,6 +234,9 @@ impl std::fmt::Debug for Stats {
                 &format_args!("{} presented (not shown)", self.tokens.len()),
             )
             .field("max_open_per_table", &self.max_open_per_table)
+            .field("materialized_rows", &self.materialized_rows)
+            .field("materialized_commits", &self.materialized_commits)
+            .field("materialize_errors", &self.materialize_errors)
             .finish()
     }
 }
@@ -219,6 +253,8 @@ struct State {
     tables: BTreeMap<String, TableState>,
     rejected_tokens: BTreeSet<String>,
     stats: Stats,
+    /// Per table, the write-ahead log's byte position up to which its Delta table holds the rows.
+    materialized: BTreeMap<String, u64>,
 }
 
 #[derive(Debug)]
@@ -283,6 +319,8 @@ pub struct Emulator {
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    /// The materializer and its stop signal (with a Delta root).
+    materializer: Option<(Arc<tokio::sync::Notify>, JoinHandle<()>)>,
 }
 
 impl Emulator {
@@ -324,6 +362,11 @@ impl Emulator {
         let service = FlightServiceServer::new(service::Service::new(shared.clone()))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
+        let materializer = shared.config.delta_root.clone().map(|root| {
+            let stop = Arc::new(tokio::sync::Notify::new());
+            let task = tokio::spawn(materializer(shared.clone(), root, stop.clone()));
+            (stop, task)
+        });
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = builder
@@ -342,6 +385,7 @@ impl Emulator {
             shared,
             stop: Some(stop),
             task: Some(task),
+            materializer,
         })
     }
 
@@ -396,6 +440,36 @@ impl Emulator {
         &self.shared.config.wal_dir
     }
 
+    /// Where its Delta tables are, if it serves any.
+    #[must_use]
+    pub fn delta_root(&self) -> Option<&Path> {
+        self.shared.config.delta_root.as_deref()
+    }
+
+    /// Waits until `table`'s Delta table holds every row its write-ahead log held when this was
+    /// called (the materializer has caught up). Returns at once without a Delta root.
+    pub async fn until_materialized(&self, table: &str) {
+        if self.shared.config.delta_root.is_none() {
+            return;
+        }
+        let logged = std::fs::metadata(self.wal_path(table)).map_or(0, |m| m.len());
+        loop {
+            let changed = self.shared.changed.notified();
+            if self
+                .shared
+                .read()
+                .materialized
+                .get(table)
+                .copied()
+                .unwrap_or(0)
+                >= logged
+            {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// The counters so far.
     #[must_use]
     pub fn stats(&self) -> Stats {
@@ -418,6 +492,9 @@ impl Emulator {
     /// trailers), as a crashed process would. What was acked is in the write-ahead logs; a new
     /// emulator bound to the same address and directory serves it again.
     pub fn kill(mut self) {
+        if let Some((_, task)) = self.materializer.take() {
+            task.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -436,12 +513,17 @@ impl Emulator {
         }
     }
 
-    /// Stops accepting calls and waits for the server task to end.
+    /// Stops accepting calls, waits for the server task to end, then materializes what is
+    /// logged (a graceful stop leaves every logged row in its Delta table).
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        if let Some((stop, task)) = self.materializer.take() {
+            stop.notify_one();
             let _ = task.await;
         }
     }
@@ -477,6 +559,25 @@ impl Drop for Emulator {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+        if let Some((_, task)) = self.materializer.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Materializes every `lag` until stopped, then once more.
+async fn materializer(shared: Arc<Shared>, root: PathBuf, stop: Arc<tokio::sync::Notify>) {
+    let lag = shared.config.materialize_lag.max(Duration::from_millis(1));
+    let mut progress = BTreeMap::new();
+    loop {
+        let stopped = tokio::select! {
+            () = tokio::time::sleep(lag) => false,
+            () = stop.notified() => true,
+        };
+        delta::materialize(&shared, &root, &mut progress).await;
+        if stopped {
+            return;
         }
     }
 }

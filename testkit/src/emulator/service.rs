@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::socket::KillSwitch;
 use super::wal::Wal;
-use super::{Fault, Shared, frame};
+use super::{Fault, Shared, delta, frame};
 
 type Reply = Result<PutResult, Status>;
 type Unimplemented<T> = Nothing<Result<T, Status>>;
@@ -279,21 +279,12 @@ impl Connection {
             Err(status) => return self.fail(status),
         };
         if let Some(Fault::RejectSchema { causes }) = &self.fault {
-            let metadata = std::collections::HashMap::from([
-                ("causes".to_owned(), causes.clone()),
-                ("error_code".to_owned(), "8001".to_owned()),
-            ]);
-            let details = tonic_types::ErrorDetails::with_error_info(
-                "SCHEMA_VALIDATION_FAILED",
-                "zerobus.databricks.com",
-                metadata,
-            );
-            let table = &self.call.table;
-            return self.fail(<Status as tonic_types::StatusExt>::with_error_details(
-                tonic::Code::InvalidArgument,
-                format!("schema does not match table {table}"),
-                details,
-            ));
+            return self.fail(delta::schema_rejected(&self.call.table, causes, ""));
+        }
+        if let Some(root) = &self.shared.config.delta_root
+            && let Err(status) = delta::check_stream(root, &self.call.table, &schema).await
+        {
+            return self.fail(status);
         }
         if self.fault == Some(Fault::HoldReady) {
             while let Ok(Some(_)) = input.message().await {}

@@ -92,36 +92,40 @@ fn frame(buf: &mut Vec<u8>, kind: u8, data: &FlightData) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a log back: every batch on disk, in the order written. Fails on a torn or corrupt
-/// record, naming its byte offset.
-pub fn read(path: &Path) -> io::Result<Vec<RecordBatch>> {
-    let bytes = std::fs::read(path)?;
+/// Where a reader of a growing log stands: the byte after the last record it took, and the
+/// schema in force there (each connection logs its schema before its first batches).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cursor {
+    /// The byte after the last complete record read.
+    pub(crate) at: u64,
+    /// The schema of the batches that follow.
+    pub(crate) schema: Option<SchemaRef>,
+}
+
+/// Every complete record of a growing log from `cursor` on: its batches, and where the next
+/// read starts. A record still being written (a torn tail) is left for the next read; a
+/// corrupt one is an error naming its byte offset.
+pub(crate) fn read_from(path: &Path, cursor: &Cursor) -> io::Result<(Vec<RecordBatch>, Cursor)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(cursor.at))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    let mut out = Vec::new();
+    let mut schema = cursor.schema.clone();
+    let mut at = 0;
     let corrupt = |at: usize, what: String| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{}: record at byte {at}: {what}", path.display()),
+            format!(
+                "{}: record at byte {}: {what}",
+                path.display(),
+                cursor.at + at as u64
+            ),
         )
     };
-    let mut out = Vec::new();
-    let mut schema: Option<SchemaRef> = None;
-    let mut at = 0;
-    while at < bytes.len() {
-        let head = bytes
-            .get(at..at + 9)
-            .ok_or_else(|| corrupt(at, "torn record header".into()))?;
-        let hl = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let bl = u32::from_le_bytes([head[5], head[6], head[7], head[8]]) as usize;
-        let start = at + 9;
-        let header = bytes
-            .get(start..start + hl)
-            .ok_or_else(|| corrupt(at, "torn IPC header".into()))?;
-        let body = bytes
-            .get(start + hl..start + hl + bl)
-            .ok_or_else(|| corrupt(at, "torn IPC body".into()))?;
-        let data = FlightData::new()
-            .with_data_header(bytes::Bytes::copy_from_slice(header))
-            .with_data_body(bytes::Bytes::copy_from_slice(body));
-        match head[0] {
+    while let Some((kind, data, next)) = record(&bytes, at) {
+        match kind {
             SCHEMA => {
                 schema = Some(super::frame::schema(&data).map_err(|e| corrupt(at, e.to_string()))?)
             }
@@ -135,7 +139,70 @@ pub fn read(path: &Path) -> io::Result<Vec<RecordBatch>> {
             }
             k => return Err(corrupt(at, format!("unknown record kind {k}"))),
         }
-        at = start + hl + bl;
+        at = next;
     }
-    Ok(out)
+    Ok((
+        out,
+        Cursor {
+            at: cursor.at + at as u64,
+            schema,
+        },
+    ))
+}
+
+/// The cursor at byte `at` of a log (a record boundary): the last schema logged before it.
+pub(crate) fn cursor_at(path: &Path, at: u64) -> io::Result<Cursor> {
+    let bytes = std::fs::read(path)?;
+    let end = usize::try_from(at).unwrap_or(usize::MAX).min(bytes.len());
+    let mut schema = None;
+    let mut i = 0;
+    while let Some((kind, data, next)) = record(&bytes[..end], i) {
+        if kind == SCHEMA {
+            schema = Some(super::frame::schema(&data).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: schema at byte {i}: {e}", path.display()),
+                )
+            })?);
+        }
+        i = next;
+    }
+    Ok(Cursor {
+        at: i as u64,
+        schema,
+    })
+}
+
+/// The complete record at `at`, if there is one: its kind, its message and where the next
+/// record starts.
+fn record(bytes: &[u8], at: usize) -> Option<(u8, FlightData, usize)> {
+    let head = bytes.get(at..at.checked_add(9)?)?;
+    let hl = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let bl = u32::from_le_bytes([head[5], head[6], head[7], head[8]]) as usize;
+    let start = at + 9;
+    let header = bytes.get(start..start.checked_add(hl)?)?;
+    let body = bytes.get(start + hl..(start + hl).checked_add(bl)?)?;
+    let data = FlightData::new()
+        .with_data_header(bytes::Bytes::copy_from_slice(header))
+        .with_data_body(bytes::Bytes::copy_from_slice(body));
+    Some((head[0], data, start + hl + bl))
+}
+
+/// Reads a log back: every batch on disk, in the order written. Fails on a torn or corrupt
+/// record, naming its byte offset.
+pub fn read(path: &Path) -> io::Result<Vec<RecordBatch>> {
+    let (batches, cursor) = read_from(path, &Cursor::default())?;
+    let len = std::fs::metadata(path)?.len();
+    if cursor.at == len {
+        Ok(batches)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: record at byte {}: torn record",
+                path.display(),
+                cursor.at
+            ),
+        ))
+    }
 }

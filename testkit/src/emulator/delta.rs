@@ -1,0 +1,241 @@
+//! Tables: with a catalog root ([`EmulatorConfig::delta_root`](super::EmulatorConfig)) the
+//! emulator serves the Delta tables of the local catalog backend, as the service serves Unity
+//! Catalog tables.
+//!
+//! - **At open** a stream's table must exist (`NOT_FOUND` otherwise) and its schema must fit the
+//!   table (`INVALID_ARGUMENT` with a `SCHEMA_VALIDATION_FAILED` `ErrorInfo` naming the causes
+//!   otherwise, PROTOCOL.md C.2): every field a column of the table, of the same Delta type; every
+//!   `NOT NULL` column present.
+//! - **After the ack** the rows are in the write-ahead log (durable). A materializer appends them
+//!   to the table's Delta log asynchronously: every `lag`, everything logged since the last round
+//!   goes into one commit, so a read right after a write may not see it yet, as with the service.
+//!   Each commit carries a Delta transaction identifier (`txn`: app id `zerobus-local`, version
+//!   = the log's byte position after the last record committed), written atomically with the
+//!   rows. At start the materializer resumes from that version, so every logged row lands in the
+//!   table exactly once across crashes. (Replays by a client after a lost ack are new records:
+//!   at-least-once end to end, as with the service.)
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{Schema, SchemaRef};
+use deltalake::DeltaTable;
+use deltalake::kernel::Transaction;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use tonic::Status;
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::{DeltaType, LiveTable, TableCatalog, TableRef};
+
+use super::Shared;
+use super::wal::{self, Cursor};
+
+/// The app id of the emulator's transaction identifiers.
+pub const APP_ID: &str = "zerobus-local";
+
+/// The Delta table `table` names under `root`, if it exists.
+async fn describe(root: &Path, table: &str) -> Result<Option<(TableRef, LiveTable)>, Status> {
+    let name = TableRef::parse(table)
+        .map_err(|e| Status::invalid_argument(format!("table name {table:?}: {e}")))?;
+    let catalog = LocalDelta::new(root);
+    match catalog.describe(&name).await {
+        Ok(Some(live)) => Ok(Some((name, live))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(Status::internal(format!("describe {table}: {e}"))),
+    }
+}
+
+/// Checks a stream's schema against its table, as the service does at open.
+pub(crate) async fn check_stream(root: &Path, table: &str, schema: &Schema) -> Result<(), Status> {
+    let Some((_, live)) = describe(root, table).await? else {
+        return Err(Status::not_found(format!(
+            "table {table} does not exist (no Delta table under {})",
+            root.display()
+        )));
+    };
+    let mut causes = Vec::new();
+    let mut details = Vec::new();
+    for field in schema.fields() {
+        let Some(column) = live.column(field.name()) else {
+            causes.push("FIELD_NOT_IN_TABLE");
+            details.push(format!(
+                "field {} is not a column of the table",
+                field.name()
+            ));
+            continue;
+        };
+        let fits = DeltaType::from_arrow(field.name(), field.data_type())
+            .is_ok_and(|t| t.loosened() == column.data_type.loosened());
+        if !fits {
+            causes.push("TYPE_INCOMPATIBLE");
+            details.push(format!(
+                "field {} is {} but the column is {}",
+                field.name(),
+                field.data_type(),
+                column.data_type.type_text()
+            ));
+        }
+    }
+    for column in &live.columns {
+        if !column.nullable && schema.field_with_name(&column.name).is_err() {
+            causes.push("MISSING_REQUIRED_COLUMN");
+            details.push(format!("NOT NULL column {} is missing", column.name));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    causes.dedup();
+    Err(schema_rejected(
+        table,
+        &causes.join(","),
+        &details.join("; "),
+    ))
+}
+
+/// `INVALID_ARGUMENT` with the `SCHEMA_VALIDATION_FAILED` detail (PROTOCOL.md C.2).
+pub(crate) fn schema_rejected(table: &str, causes: &str, why: &str) -> Status {
+    let metadata = HashMap::from([
+        ("causes".to_owned(), causes.to_owned()),
+        ("error_code".to_owned(), "8001".to_owned()),
+    ]);
+    let details = tonic_types::ErrorDetails::with_error_info(
+        "SCHEMA_VALIDATION_FAILED",
+        "zerobus.databricks.com",
+        metadata,
+    );
+    let message = if why.is_empty() {
+        format!("schema does not match table {table}")
+    } else {
+        format!("schema does not match table {table}: {why}")
+    };
+    <Status as tonic_types::StatusExt>::with_error_details(
+        tonic::Code::InvalidArgument,
+        message,
+        details,
+    )
+}
+
+/// What the materializer knows of one table's log.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Where the next read of the log starts (`None` until read from the table's `txn`).
+    cursor: Option<Cursor>,
+}
+
+/// One round: every table with a log, everything logged since the last round, one commit each.
+/// Errors are logged and retried next round (nothing is skipped).
+pub(crate) async fn materialize(
+    shared: &Arc<Shared>,
+    root: &Path,
+    progress: &mut BTreeMap<String, Progress>,
+) {
+    let tables: Vec<String> = shared.read().tables.keys().cloned().collect();
+    for table in tables {
+        let p = progress.entry(table.clone()).or_default();
+        match materialize_table(shared, root, &table, p).await {
+            Ok(0) => {}
+            Ok(rows) => tracing::debug!(table, rows, "materialized"),
+            Err(e) => {
+                shared.lock().stats.materialize_errors += 1;
+                tracing::warn!(table, error = %e, "materializing into Delta failed; retrying next round");
+            }
+        }
+    }
+}
+
+/// Appends what `table`'s log holds past its cursor to its Delta table, with the new log
+/// position as the commit's transaction version. Returns the rows committed.
+async fn materialize_table(
+    shared: &Arc<Shared>,
+    root: &Path,
+    table: &str,
+    progress: &mut Progress,
+) -> Result<u64, String> {
+    let log = wal::path(&shared.config.wal_dir, table);
+    if !log.exists() {
+        return Ok(0);
+    }
+    let Some((name, _)) = describe(root, table)
+        .await
+        .map_err(|s| s.message().to_owned())?
+    else {
+        return Ok(0);
+    };
+    let location = LocalDelta::new(root).location(&name);
+    let mut delta = open(&location).await?;
+    let cursor = match &progress.cursor {
+        Some(c) => c.clone(),
+        None => {
+            let done = delta
+                .snapshot()
+                .map_err(|e| e.to_string())?
+                .transaction_version(delta.log_store().as_ref(), APP_ID)
+                .await
+                .map_err(|e| e.to_string())?
+                .unwrap_or(0);
+            let c = wal::cursor_at(&log, u64::try_from(done).unwrap_or(0))
+                .map_err(|e| e.to_string())?;
+            shared.lock().materialized.insert(table.to_owned(), c.at);
+            progress.cursor = Some(c.clone());
+            c
+        }
+    };
+    let (batches, next) = wal::read_from(&log, &cursor).map_err(|e| e.to_string())?;
+    if next.at == cursor.at {
+        return Ok(0);
+    }
+    let version = i64::try_from(next.at).map_err(|e| e.to_string())?;
+    let mut writer = RecordBatchWriter::for_table(&delta)
+        .map_err(|e| e.to_string())?
+        .with_commit_properties(
+            CommitProperties::default()
+                .with_application_transaction(Transaction::new(APP_ID, version)),
+        );
+    let target = writer.arrow_schema();
+    let mut rows = 0u64;
+    for batch in &batches {
+        rows += batch.num_rows() as u64;
+        let projected = project(batch, &target)
+            .map_err(|e| format!("{table}: a logged batch does not fit the table: {e}"))?;
+        writer.write(projected).await.map_err(|e| e.to_string())?;
+    }
+    writer
+        .flush_and_commit(&mut delta)
+        .await
+        .map_err(|e| e.to_string())?;
+    progress.cursor = Some(next.clone());
+    let mut state = shared.lock();
+    state.materialized.insert(table.to_owned(), next.at);
+    state.stats.materialized_rows += rows;
+    state.stats.materialized_commits += 1;
+    Ok(rows)
+}
+
+async fn open(location: &Path) -> Result<DeltaTable, String> {
+    let dir =
+        std::fs::canonicalize(location).map_err(|e| format!("{}: {e}", location.display()))?;
+    let url = url::Url::from_directory_path(&dir)
+        .map_err(|()| format!("{} is not an absolute path", dir.display()))?;
+    deltalake::open_table(url).await.map_err(|e| e.to_string())
+}
+
+/// `batch` with the table's columns: its own by name (cast to the table's Arrow type where the
+/// physical type differs, e.g. a string view), nulls for the table's columns it lacks (added
+/// by a later evolution, or `NULL`able reserved columns).
+fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, String> {
+    let rows = batch.num_rows();
+    let columns: Vec<ArrayRef> = target
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => deltalake::arrow::compute::cast(c, f.data_type())
+                .map_err(|e| format!("column {}: {e}", f.name())),
+            None => Ok(new_null_array(f.data_type(), rows)),
+        })
+        .collect::<Result<_, _>>()?;
+    RecordBatch::try_new(target.clone(), columns).map_err(|e| e.to_string())
+}
