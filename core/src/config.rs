@@ -88,6 +88,9 @@ pub struct SinkConfig {
     pub open_timeout: Duration,
     /// Reconnect behaviour.
     pub retry: RetryPolicy,
+    /// How long the core waits for the answer to an [`Output::Reconcile`](crate::Output) before
+    /// asking again (a driver that lost the request must not stall the table for ever).
+    pub reconcile_timeout: Duration,
 }
 
 impl Default for SinkConfig {
@@ -100,6 +103,7 @@ impl Default for SinkConfig {
             ack_timeout: Duration::from_secs(60),
             open_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            reconcile_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -108,7 +112,7 @@ impl SinkConfig {
     /// Checks every field; the error names the first field that is out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.retry;
-        let checks: [(&'static str, bool, &'static str); 13] = [
+        let checks: [(&'static str, bool, &'static str); 14] = [
             (
                 "window.max_batches",
                 self.window.max_batches > 0,
@@ -142,6 +146,11 @@ impl SinkConfig {
             (
                 "open_timeout",
                 !self.open_timeout.is_zero(),
+                "must be longer than zero",
+            ),
+            (
+                "reconcile_timeout",
+                !self.reconcile_timeout.is_zero(),
                 "must be longer than zero",
             ),
             (

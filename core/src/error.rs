@@ -29,6 +29,13 @@ pub enum ConfigError {
         /// The cap.
         cap: u16,
     },
+    /// A table that routes by ordering key cannot be provisioned through a catalog (a keyed
+    /// batch goes to its slot at once, before its schema could be reconciled).
+    #[error("table `{table}` is keyed and reconciled: provision keyed tables before starting")]
+    KeyedReconciled {
+        /// The table's name.
+        table: String,
+    },
     /// More tables or slots than the sink can number.
     #[error("too many {what} for one sink")]
     TooMany {
@@ -99,6 +106,17 @@ pub enum RejectReason {
         /// The table.
         table: TableId,
         /// Why it failed.
+        reason: String,
+    },
+    /// The batch's schema was refused by the catalog (a narrowing, a type conflict, ...):
+    /// batches of it are never admitted; the table keeps taking batches of its other schemas.
+    #[error("{table}: {schema} was refused by the catalog: {reason}")]
+    SchemaRefused {
+        /// The table.
+        table: TableId,
+        /// The refused schema.
+        schema: crate::ids::SchemaId,
+        /// What the catalog said (every refusal, each naming its column).
         reason: String,
     },
     /// The table declares an ordering key and the batch came without one, or the reverse.
@@ -424,6 +442,17 @@ pub enum FailureReason {
         table: TableId,
         /// What the service reported.
         error: StreamError,
+    },
+    /// The catalog refused to evolve the table to the batch's schema: the batch is handed back
+    /// (the table keeps serving its other schemas).
+    #[error("{table}: {schema} was refused by the catalog: {reason}")]
+    SchemaRefused {
+        /// The table.
+        table: TableId,
+        /// The refused schema.
+        schema: crate::ids::SchemaId,
+        /// What the catalog said (every refusal, each naming its column).
+        reason: String,
     },
 }
 

@@ -6,7 +6,7 @@ use std::vec;
 
 use crate::batch::Batch;
 use crate::error::{FailureReason, ProtocolError, StreamError};
-use crate::ids::{ConnId, LogicalOffset, SlotId, TableId, WireOffset};
+use crate::ids::{ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::time::Time;
 
@@ -173,6 +173,8 @@ pub enum Ignored {
     },
     /// A rotation request on a connection that is already draining.
     RotationWhileDraining,
+    /// A reconcile answer for a schema the core did not ask about (or already had answered).
+    NotAsked,
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
@@ -186,6 +188,20 @@ pub enum Output<L: Lane, B: Batch> {
         table: TableId,
         /// The new connection (and its slot); name it in every input about it.
         conn: ConnId<L>,
+        /// The schema to open it with (its schema message): only batches of it are sent on
+        /// it. Always `SchemaId(0)` for tables taken as they are.
+        schema: SchemaId,
+    },
+    /// Make the table take batches of `schema`: reconcile it through the catalog (create it if
+    /// absent, add columns, widen where allowed) and register the sink as a writer, then
+    /// answer with [`SinkCore::reconciled`](crate::SinkCore::reconciled). Only for tables
+    /// provisioned through a catalog ([`TableSpec::reconciled`](crate::TableSpec)); one
+    /// request per table at a time; asked again after `reconcile_timeout` without an answer.
+    Reconcile {
+        /// The table (its name: [`SinkCore::table_name`](crate::SinkCore::table_name)).
+        table: TableId,
+        /// The schema (as the driver numbered it when routing the batch).
+        schema: SchemaId,
     },
     /// Send one wire message on the slot's live connection.
     Send(Transmit<L, B>),
@@ -219,9 +235,18 @@ pub enum Output<L: Lane, B: Batch> {
 impl<L: Lane, B: Batch> fmt::Debug for Output<L, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Output::Open { table, conn } => {
-                write!(f, "Open({table}, {}, {})", conn.slot, conn.generation)
+            Output::Open {
+                table,
+                conn,
+                schema,
+            } => {
+                write!(f, "Open({table}, {}, {}", conn.slot, conn.generation)?;
+                if schema.0 != 0 {
+                    write!(f, ", {schema}")?;
+                }
+                f.write_str(")")
             }
+            Output::Reconcile { table, schema } => write!(f, "Reconcile({table}, {schema})"),
             Output::Send(t) => write!(
                 f,
                 "Send({}, {}, {}, {}, rows {})",

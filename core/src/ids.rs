@@ -31,7 +31,31 @@ impl TableId {
         crate::table::Route {
             table: self,
             key: Some(key_hash),
+            schema: SchemaId(0),
         }
+    }
+
+    /// A route to this table for a batch of schema `schema` (tables provisioned through a
+    /// catalog, [`TableSpec::reconciled`](crate::TableSpec::reconciled)).
+    #[must_use]
+    pub const fn schema(self, schema: SchemaId) -> crate::table::Route {
+        crate::table::Route {
+            table: self,
+            key: None,
+            schema,
+        }
+    }
+}
+
+/// A batch schema of one table, numbered by the driver (the same Arrow schema, the same id).
+/// The core never compares schemas: it only asks for each new id to be reconciled with the
+/// table before any batch of it reaches a stream, and opens each stream for one id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SchemaId(pub u32);
+
+impl fmt::Display for SchemaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "schema #{}", self.0)
     }
 }
 

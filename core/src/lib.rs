@@ -166,7 +166,7 @@ pub use error::{
 pub use event::{
     Confirmed, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta, Transmit,
 };
-pub use ids::{ConnGen, ConnId, LogicalOffset, SlotId, TableId, WireOffset};
+pub use ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 pub use lane::{Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, Token};
 pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};

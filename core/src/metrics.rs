@@ -131,6 +131,14 @@ pub struct Metrics {
     pub evictions: u64,
     /// Tables failed fatally.
     pub tables_failed: u64,
+    /// Reconciles asked of the driver (including ones asked again after `reconcile_timeout`).
+    pub reconciles_asked: u64,
+    /// Schemas the catalog reconciled.
+    pub reconciles_ok: u64,
+    /// Schemas the catalog refused.
+    pub schemas_refused: u64,
+    /// Times a slot drained and reopened its stream for another schema.
+    pub schema_switches: u64,
 }
 
 /// Watermarks, in batches and rows (of the sink, a table or a slot). Both `submitted` and `delivered` only grow, and

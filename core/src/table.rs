@@ -1,6 +1,6 @@
 //! Tables: what a caller registers, and how a batch is routed to one.
 
-use crate::ids::TableId;
+use crate::ids::{SchemaId, TableId};
 use crate::sizing::PoolSizing;
 
 /// A target table and how to write it.
@@ -12,6 +12,11 @@ pub struct TableSpec {
     pub sizing: PoolSizing,
     /// Whether batches carry an ordering key: each key hash then maps to one fixed slot.
     pub keyed: bool,
+    /// Whether the table is provisioned through a catalog: each new batch schema
+    /// ([`SchemaId`]) is reconciled with the table ([`Output::Reconcile`](crate::Output))
+    /// before any batch of it is given to a stream, and each stream is opened for one schema.
+    /// Without it the table is taken as it is and every batch must fit it.
+    pub reconciled: bool,
 }
 
 impl TableSpec {
@@ -22,6 +27,18 @@ impl TableSpec {
             name: name.into(),
             sizing: PoolSizing::default(),
             keyed: false,
+            reconciled: false,
+        }
+    }
+
+    /// The same table, provisioned and evolved through a catalog (see
+    /// [`reconciled`](TableSpec::reconciled)). Route its batches with
+    /// [`TableId::schema`](crate::TableId::schema). Not for keyed tables.
+    #[must_use]
+    pub fn reconciled(self) -> TableSpec {
+        TableSpec {
+            reconciled: true,
+            ..self
         }
     }
 
@@ -47,6 +64,7 @@ impl TableSpec {
 pub struct Route {
     pub(crate) table: TableId,
     pub(crate) key: Option<u64>,
+    pub(crate) schema: SchemaId,
 }
 
 impl Route {
@@ -55,10 +73,20 @@ impl Route {
     pub fn table(&self) -> TableId {
         self.table
     }
+
+    /// The batch's schema (`SchemaId(0)` unless routed with [`TableId::schema`]).
+    #[must_use]
+    pub fn schema_id(&self) -> SchemaId {
+        self.schema
+    }
 }
 
 impl From<TableId> for Route {
     fn from(table: TableId) -> Route {
-        Route { table, key: None }
+        Route {
+            table,
+            key: None,
+            schema: SchemaId(0),
+        }
     }
 }

@@ -17,7 +17,7 @@ use crate::config::WindowLimits;
 use crate::error::{Bound, FailureReason, ProtocolError};
 use crate::event::Ignored;
 use crate::event::{Confirmed, Failed, FailedBatch, Transmit};
-use crate::ids::{ConnGen, ConnId, LogicalOffset, SlotId, TableId, WireOffset};
+use crate::ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
 use crate::time::Time;
@@ -29,10 +29,12 @@ pub(crate) struct Queued<L: Lane, B> {
     pub(crate) rows: u64,
     pub(crate) bytes: u64,
     pub(crate) submitted_at: Time,
+    pub(crate) schema: SchemaId,
 }
 
 struct Pending<L: Lane, B> {
     offset: LogicalOffset,
+    schema: SchemaId,
     /// The rows not yet durable (the submitted batch minus any durable prefix).
     batch: B,
     token: Token<L>,
@@ -174,6 +176,8 @@ pub(crate) struct SlotWindow<L: Lane, B> {
     pub(crate) closing: Option<(ConnGen, Time)>,
     /// The table's credential epoch when the live (or last) connection was opened.
     pub(crate) opened_epoch: u64,
+    /// The schema the live (or last) connection was opened with: only batches of it are sent.
+    pub(crate) conn_schema: SchemaId,
 }
 
 /// The outcome of an ack.
@@ -203,6 +207,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             retry_at: Time::ZERO,
             closing: None,
             opened_epoch: 0,
+            conn_schema: SchemaId(0),
         }
     }
 
@@ -253,6 +258,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.marks.rows_submitted += q.rows;
         self.pending.push_back(Pending {
             offset,
+            schema: q.schema,
             batch: q.batch,
             token: q.token,
             rows: q.rows,
@@ -280,8 +286,20 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         }
     }
 
-    /// Places every unplaced batch on the READY connection, one transmit per wire message
-    /// (batches above `max_message_bytes` become several row slices). Returns the message count.
+    /// The schema of the first batch not yet placed, if any.
+    pub(crate) fn next_unplaced_schema(&self) -> Option<SchemaId> {
+        self.pending.get(self.placed).map(|p| p.schema)
+    }
+
+    /// The schema of the oldest pending batch, if any.
+    pub(crate) fn first_schema(&self) -> Option<SchemaId> {
+        self.pending.front().map(|p| p.schema)
+    }
+
+    /// Places every unplaced batch of the connection's schema on the READY connection, in
+    /// order, stopping at the first of another schema (which needs a stream of its own); one
+    /// transmit per wire message (batches above `max_message_bytes` become several row
+    /// slices). Returns the message count.
     pub(crate) fn place_all(
         &mut self,
         table: TableId,
@@ -294,6 +312,9 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         };
         let mut messages = 0;
         while let Some(item) = self.pending.get_mut(self.placed) {
+            if item.schema != self.conn_schema {
+                break;
+            }
             let rows = item.batch.rows();
             let start_row = live.rows_sent;
             live.rows_sent += rows;

@@ -398,16 +398,3 @@ fn the_first_response_decides_ready_by_its_offset_alone() {
         "nothing handed back"
     );
 }
-
-trait TimeoutOf {
-    fn timeout(self) -> Option<Option<Time>>;
-}
-
-impl TimeoutOf for Out {
-    fn timeout(self) -> Option<Option<Time>> {
-        match self {
-            Output::Timeout(at) => Some(at),
-            _ => None,
-        }
-    }
-}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use zerobus_sink::{PoolSizing, RetryPolicy, SinkConfig, TableSpec, WindowLimits};
+use zerobus_sink_catalog::{Contract, Role};
 
 use crate::auth::Credentials;
 use crate::wire::Compression;
@@ -138,13 +139,24 @@ impl ZerobusConfig {
     }
 }
 
-/// A table the sink writes: its spec (name, pool sizing, ordering key) and its Arrow schema.
+/// A table the sink writes: its spec (name, pool sizing, ordering key) and its Arrow schema;
+/// for a sink that provisions through a catalog
+/// ([`ZerobusSink::start_provisioned`](crate::ZerobusSink::start_provisioned)) also its data
+/// contract and role.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TableDef {
     /// Name, sizing and routing.
     pub spec: TableSpec,
-    /// Every batch must have exactly this schema.
+    /// Taken as it is: every batch must have exactly this schema. Provisioned: the first
+    /// schema expected (checked at start); batches may drift from it, and each new schema is
+    /// reconciled with the table before its first batch is sent.
     pub schema: SchemaRef,
+    /// Comments, owner and properties for the table (provisioned sinks).
+    pub contract: Option<Contract>,
+    /// The table's role (provisioned sinks): a primary-raw table gets the shape its backend
+    /// requires and is refused if it does not have it.
+    pub role: Role,
 }
 
 impl TableDef {
@@ -154,7 +166,23 @@ impl TableDef {
         TableDef {
             spec: TableSpec::new(name),
             schema,
+            contract: None,
+            role: Role::Standard,
         }
+    }
+
+    /// Describes the table with a data contract (provisioned sinks).
+    #[must_use]
+    pub fn contract(mut self, contract: Contract) -> TableDef {
+        self.contract = Some(contract);
+        self
+    }
+
+    /// The primary raw copy (provisioned sinks).
+    #[must_use]
+    pub fn primary_raw(mut self) -> TableDef {
+        self.role = Role::PrimaryRaw;
+        self
     }
 
     /// Exactly `streams` streams for this table.

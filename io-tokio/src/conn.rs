@@ -27,7 +27,10 @@ use crate::wire;
 #[derive(Debug)]
 pub(crate) struct TableWire {
     pub(crate) name: String,
+    /// The stream's schema (for a provisioned table: of one batch schema, in the wire shape).
     pub(crate) schema: SchemaRef,
+    /// Whether the table is provisioned through a catalog (its batches may drift).
+    pub(crate) provisioned: bool,
 }
 
 /// What every connection shares.

@@ -2,19 +2,23 @@
 //! and the time, and performs what the core asks (open, send, close, confirm, fail, invalidate
 //! credentials). Connections run in their own tasks ([`crate::conn`]). Batches the core hands
 //! back for a reason a later attempt can fix are submitted again here, as the
-//! [`ResubmitPolicy`] says, before the confirmer hears of them.
+//! [`ResubmitPolicy`] says, before the confirmer hears of them. For a sink that provisions
+//! through a catalog it runs each reconcile the core asks for in a task ([`crate::provision`])
+//! and sends each batch in its table's wire shape, stamped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use zerobus_sink::{
     Admitted, Batch, ConnId, FailedBatch, FailureReason, Handled, Ignored, Input, Lane,
-    LogicalOffset, Output, RejectReason, Route, SinkCore, SlotId, TableId, Time, Token,
+    LogicalOffset, Output, RejectReason, Route, SchemaId, SinkCore, SlotId, TableId, Time, Token,
 };
+use zerobus_sink_catalog::{Contract, Role, TableCatalog};
 
 use crate::command::{Control, Submit};
 use crate::config::ResubmitPolicy;
@@ -22,6 +26,7 @@ use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::error::{DeliveryError, FlushError, SendError};
 use crate::health::Health;
+use crate::provision::{self, Answer, Provisioning, WireShape};
 use crate::receipt::{Delivered, Receipt};
 use crate::report::Report;
 
@@ -58,7 +63,7 @@ struct Again<L: Lane> {
 }
 
 /// What the driver needs at start; see [`Driver::new`].
-pub(crate) struct Parts<L: Lane, C> {
+pub(crate) struct Parts<L: Lane, C, P> {
     pub(crate) core: SinkCore<L, Tagged>,
     pub(crate) confirmer: C,
     pub(crate) shared: Arc<conn::Shared>,
@@ -66,9 +71,23 @@ pub(crate) struct Parts<L: Lane, C> {
     pub(crate) submits: mpsc::Receiver<Submit<L>>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) resubmit: ResubmitPolicy,
+    /// The catalog, for a sink that provisions its tables; each table's contract and role.
+    pub(crate) provisioning: Option<Provisioning<P>>,
+    pub(crate) definitions: Vec<(Option<Contract>, Role)>,
 }
 
-pub(crate) struct Driver<L: Lane, C> {
+/// A provisioned table's schemas as the driver knows them.
+#[derive(Default)]
+struct Shapes {
+    /// Each batch schema seen, by the id the handle gave it.
+    batch: HashMap<(TableId, SchemaId), SchemaRef>,
+    /// Each reconciled one's wire shape, and the connection description with it.
+    wire: HashMap<(TableId, SchemaId), (Arc<WireShape>, Arc<TableWire>)>,
+    /// Tables the sink has registered itself with as a writer.
+    registered: HashSet<TableId>,
+}
+
+pub(crate) struct Driver<L: Lane, C, P> {
     core: SinkCore<L, Tagged>,
     confirmer: C,
     shared: Arc<conn::Shared>,
@@ -95,11 +114,17 @@ pub(crate) struct Driver<L: Lane, C> {
     handle_gone: bool,
     health: Health,
     report: Report,
+    provisioning: Option<Arc<Provisioning<P>>>,
+    definitions: Vec<(Option<Contract>, Role)>,
+    shapes: Shapes,
+    answers_tx: mpsc::UnboundedSender<(TableId, SchemaId, Answer)>,
+    answers: mpsc::UnboundedReceiver<(TableId, SchemaId, Answer)>,
 }
 
-impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
-    pub(crate) fn new(parts: Parts<L, C>) -> Driver<L, C> {
+impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L, C, P> {
+    pub(crate) fn new(parts: Parts<L, C, P>) -> Driver<L, C, P> {
         let (events_tx, events) = mpsc::unbounded_channel();
+        let (answers_tx, answers) = mpsc::unbounded_channel();
         let report = Report::for_tables(parts.tables.iter().map(|t| t.name.clone()));
         Driver {
             core: parts.core,
@@ -125,6 +150,11 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
             handle_gone: false,
             health: Health::default(),
             report,
+            provisioning: parts.provisioning.map(Arc::new),
+            definitions: parts.definitions,
+            shapes: Shapes::default(),
+            answers_tx,
+            answers,
         }
     }
 
@@ -166,6 +196,9 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
             };
             tokio::select! {
                 Some(input) = self.events.recv() => self.input(input),
+                Some((table, schema, answer)) = self.answers.recv() => {
+                    self.answered(table, schema, answer);
+                }
                 control = self.control.recv(), if !self.handle_gone => match control {
                     Some(c) => self.control(c),
                     None => self.handle_dropped(),
@@ -240,6 +273,13 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
     fn submit(&mut self, now: Time, s: Submit<L>) {
         let id = self.next_id;
         self.next_id += 1;
+        if self.provisioning.is_some() {
+            let key = (s.route.table(), s.route.schema_id());
+            self.shapes
+                .batch
+                .entry(key)
+                .or_insert_with(|| s.batch.schema());
+        }
         let tagged = Tagged {
             batch: s.batch,
             id,
@@ -420,9 +460,17 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
     fn drain(&mut self, now: Time) -> Option<Time> {
         loop {
             match self.core.poll_output(now) {
-                Output::Open { table, conn } => {
-                    let Some(wire) = self.wire(table) else {
-                        continue;
+                Output::Open {
+                    table,
+                    conn,
+                    schema,
+                } => {
+                    let wire = match self.shapes.wire.get(&(table, schema)) {
+                        Some((_, wire)) => wire.clone(),
+                        None => match self.wire(table) {
+                            Some(wire) => wire,
+                            None => continue,
+                        },
                     };
                     tracing::debug!(table = %wire.name, %conn, "opening");
                     let handle =
@@ -431,13 +479,24 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 }
                 Output::Send(t) => {
                     self.sent.insert((t.slot(), t.offset), t.batch.id);
+                    let key = (t.table, t.batch.route.schema_id());
+                    let batch = match self.shapes.wire.get(&key) {
+                        Some((shape, _)) => shape.apply(&t.batch.batch).unwrap_or_else(|e| {
+                            // Cannot happen (the shape was made from this schema); the
+                            // service will refuse the stream and name the difference.
+                            tracing::error!(error = %e, "stamping a batch");
+                            t.batch.batch.clone()
+                        }),
+                        None => t.batch.batch,
+                    };
                     if let Some(h) = self.conns.get(&t.conn) {
                         let _ = h.commands.send(conn::Command::Send {
-                            batch: t.batch.batch,
+                            batch,
                             wire_offset: t.wire_offset.get(),
                         });
                     }
                 }
+                Output::Reconcile { table, schema } => self.reconcile(table, schema),
                 Output::Close { conn, graceful } => {
                     if graceful {
                         if let Some(h) = self.conns.get(&conn) {
@@ -480,6 +539,64 @@ impl<L: Lane, C: Confirmer<L>> Driver<L, C> {
                 _ => {}
             }
         }
+    }
+
+    /// Runs the reconcile the core asked for in a task; its answer comes back on `answers`.
+    fn reconcile(&mut self, table: TableId, schema: SchemaId) {
+        let (Some(p), Some(batch_schema)) = (
+            self.provisioning.clone(),
+            self.shapes.batch.get(&(table, schema)).cloned(),
+        ) else {
+            return;
+        };
+        let (contract, role) = self
+            .definitions
+            .get(table.index())
+            .cloned()
+            .unwrap_or((None, Role::Standard));
+        let request = provision::Request {
+            table: self.table_name(table),
+            schema: batch_schema,
+            contract,
+            role,
+            register: !self.shapes.registered.contains(&table),
+        };
+        tracing::debug!(table = %request.table, %schema, "reconciling");
+        let answers = self.answers_tx.clone();
+        tokio::spawn(async move {
+            let answer = provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
+            let _ = answers.send((table, schema, answer));
+        });
+    }
+
+    /// A reconcile's answer: the core hears it (a refusal hands that schema's batches back).
+    fn answered(&mut self, table: TableId, schema: SchemaId, answer: Answer) {
+        let now = self.now();
+        let name = self.table_name(table);
+        let outcome = match answer {
+            None => return,
+            Some(Ok((order, executed))) => {
+                let Some(batch_schema) = self.shapes.batch.get(&(table, schema)) else {
+                    return;
+                };
+                let shape = Arc::new(WireShape::new(batch_schema, &order));
+                let wire = Arc::new(TableWire {
+                    name: name.clone(),
+                    schema: shape.schema.clone(),
+                    provisioned: true,
+                });
+                self.shapes.wire.insert((table, schema), (shape, wire));
+                self.shapes.registered.insert(table);
+                tracing::info!(table = %name, %schema, ?executed, "table reconciled");
+                Ok(())
+            }
+            Some(Err(words)) => {
+                tracing::error!(table = %name, %schema, refused = %words, "schema refused; its batches are handed back");
+                Err(words)
+            }
+        };
+        self.report.reconciled(table, outcome.is_ok());
+        let _ = self.core.reconciled(now, table, schema, outcome);
     }
 
     /// Batches handed back: transient ones wait to be submitted again, the rest (and those out

@@ -19,6 +19,10 @@ pub struct TableReport {
     pub failed_batches: u64,
     /// Batches the sink submitted again after a transient hand-back.
     pub resubmitted: u64,
+    /// Batch schemas reconciled with the table through the catalog (provisioned sinks).
+    pub schemas_reconciled: u64,
+    /// Batch schemas the catalog refused (their batches were handed back).
+    pub schemas_refused: u64,
 }
 
 /// Progress so far, or the summary at close.
@@ -81,6 +85,16 @@ impl Report {
     pub(crate) fn resubmitted(&mut self, table: TableId) {
         if let Some(t) = self.table(table) {
             t.resubmitted += 1;
+        }
+    }
+
+    pub(crate) fn reconciled(&mut self, table: TableId, ok: bool) {
+        if let Some(t) = self.table(table) {
+            if ok {
+                t.schemas_reconciled += 1;
+            } else {
+                t.schemas_refused += 1;
+            }
         }
     }
 
@@ -149,6 +163,13 @@ impl fmt::Display for Report {
                 "\n  {}: {} rows in {} batches, {} failed, {} resubmitted",
                 t.name, t.rows, t.batches, t.failed_batches, t.resubmitted
             )?;
+            if t.schemas_reconciled + t.schemas_refused > 0 {
+                write!(
+                    f,
+                    "; {} schemas reconciled, {} refused",
+                    t.schemas_reconciled, t.schemas_refused
+                )?;
+            }
         }
         Ok(())
     }

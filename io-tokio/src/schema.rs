@@ -24,16 +24,22 @@ pub(crate) fn check_tables(tables: &[TableDef]) -> Result<(), StartError> {
         if !seen.insert(name.as_str()) {
             return Err(refuse("is registered twice".into()));
         }
-        for field in def.schema.fields() {
-            if let DataType::Dictionary(_, values) = field.data_type() {
-                return Err(refuse(format!(
-                    "column `{}` is dictionary-encoded: cast it to its value type ({values})",
-                    field.name()
-                )));
-            }
-            DeltaType::from_arrow(field.name(), field.data_type())
-                .map_err(|e| refuse(e.to_string()))?;
+        check_schema(&def.schema).map_err(refuse)?;
+    }
+    Ok(())
+}
+
+/// Whether every column of `schema` can go to a Delta table: not dictionary-encoded (the wire
+/// carries values), of a type Delta can hold. The error names the column and what to do.
+pub(crate) fn check_schema(schema: &Schema) -> Result<(), String> {
+    for field in schema.fields() {
+        if let DataType::Dictionary(_, values) = field.data_type() {
+            return Err(format!(
+                "column `{}` is dictionary-encoded: cast it to its value type ({values})",
+                field.name()
+            ));
         }
+        DeltaType::from_arrow(field.name(), field.data_type()).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

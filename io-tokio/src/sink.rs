@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use tokio::sync::{mpsc, oneshot};
-use zerobus_sink::{Lane, Route, SinkCore, TableId, Token};
+use zerobus_sink::{Lane, Route, SchemaId, SinkCore, TableId, Token};
+use zerobus_sink_catalog::TableCatalog;
 
 use crate::auth::TokenSource;
 use crate::command::{Control, Submit};
@@ -15,6 +17,7 @@ use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::driver::{Driver, Parts};
 use crate::error::{FlushError, SendError, StartError};
+use crate::provision::{NoCatalog, Provisioning};
 use crate::receipt::Receipt;
 use crate::report::Report;
 use crate::{schema, wire};
@@ -94,6 +97,8 @@ pub struct ZerobusSink<L: Lane> {
     submits: mpsc::Sender<Submit<L>>,
     control: mpsc::UnboundedSender<Control>,
     tables: Vec<(TableId, Arc<TableWire>)>,
+    /// Per table (provisioned sinks): each batch schema seen, its index the [`SchemaId`].
+    schemas: Vec<Vec<SchemaRef>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -108,6 +113,36 @@ impl<L: Lane> ZerobusSink<L> {
         tables: Vec<TableDef>,
         confirmer: C,
     ) -> Result<ZerobusSink<L>, StartError> {
+        Self::launch::<C, NoCatalog>(config, tables, confirmer, None)
+    }
+
+    /// Starts a sink that provisions and evolves its tables through a catalog (seed 5.1): the
+    /// Unity Catalog backend for Databricks, the local backend for `zerobus-local`. Before a
+    /// table's first stream opens, the table is reconciled from the batch's Arrow schema
+    /// (created if absent, with the reserved `_twg_*` columns and the contract's comments and
+    /// properties) and the sink registers as its writer. A batch whose schema differs from
+    /// those seen so far triggers one reconcile (added columns; widening as the policy allows);
+    /// the table's streams drain and reopen with the new schema; earlier batches confirm in
+    /// order. A refused schema hands its batches to the confirmer's `failed`, naming every
+    /// refusal, and later batches of it are refused at `send`; the table keeps serving its
+    /// other schemas. Each row is stamped with `_twg_emit_ts` when sent. Refused at start as
+    /// [`start`](Self::start) refuses, and a keyed table (provision it before starting).
+    pub fn start_provisioned<C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static>(
+        config: ZerobusConfig,
+        tables: Vec<TableDef>,
+        confirmer: C,
+        provisioning: Provisioning<P>,
+    ) -> Result<ZerobusSink<L>, StartError> {
+        Self::launch(config, tables, confirmer, Some(provisioning))
+    }
+
+    fn launch<C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static>(
+        config: ZerobusConfig,
+        tables: Vec<TableDef>,
+        confirmer: C,
+        provisioning: Option<Provisioning<P>>,
+    ) -> Result<ZerobusSink<L>, StartError> {
+        let provisioned = provisioning.is_some();
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
         if !(config.endpoint.starts_with("http://") || config.endpoint.starts_with("https://")) {
             return Err(StartError::Endpoint {
@@ -118,9 +153,15 @@ impl<L: Lane> ZerobusSink<L> {
         let mut core = SinkCore::new(config.core)?;
         schema::check_tables(&tables)?;
         let mut wires = Vec::new();
+        let mut definitions = Vec::new();
         for def in tables {
             let name = def.spec.name.clone();
-            let id = core.add_table(def.spec).map_err(|e| StartError::Table {
+            let spec = if provisioned {
+                def.spec.reconciled()
+            } else {
+                def.spec
+            };
+            let id = core.add_table(spec).map_err(|e| StartError::Table {
                 table: name.clone(),
                 reason: e.to_string(),
             })?;
@@ -129,8 +170,10 @@ impl<L: Lane> ZerobusSink<L> {
                 Arc::new(TableWire {
                     name,
                     schema: def.schema,
+                    provisioned,
                 }),
             ));
+            definitions.push((def.contract, def.role));
         }
         let mut user_agent = format!("zerobus-sink-rs/{}", env!("CARGO_PKG_VERSION"));
         if let Some(app) = &config.application_name {
@@ -155,11 +198,14 @@ impl<L: Lane> ZerobusSink<L> {
             submits: submits_rx,
             control: control_rx,
             resubmit: config.resubmit,
+            provisioning,
+            definitions,
         });
         let task = runtime.spawn(driver.run());
         Ok(ZerobusSink {
             submits,
             control,
+            schemas: vec![Vec::new(); wires.len()],
             tables: wires,
             task,
         })
@@ -216,7 +262,7 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
         batch: RecordBatch,
         token: Token<L>,
     ) -> Result<Receipt, SendError<L>> {
-        let route = route.into();
+        let mut route = route.into();
         let Some((_, wire)) = self.tables.iter().find(|(id, _)| *id == route.table()) else {
             return Err(SendError::UnknownTable {
                 table: route.table(),
@@ -224,7 +270,33 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
                 token,
             });
         };
-        if let Some(detail) = schema::difference(&wire.schema, &batch.schema()) {
+        if wire.provisioned {
+            // A schema seen before keeps its id; a new one is checked (it must map to Delta)
+            // and numbered. The core has it reconciled before any batch of it is sent.
+            let seen = &mut self.schemas[route.table().index()];
+            let schema = batch.schema();
+            let index = match seen
+                .iter()
+                .position(|s| Arc::ptr_eq(s, &schema) || **s == *schema)
+            {
+                Some(i) => i,
+                None => {
+                    if let Err(detail) = schema::check_schema(&schema) {
+                        return Err(SendError::SchemaMismatch {
+                            table: wire.name.clone(),
+                            detail,
+                            batch,
+                            token,
+                        });
+                    }
+                    seen.push(schema);
+                    seen.len() - 1
+                }
+            };
+            route = route
+                .table()
+                .schema(SchemaId(u32::try_from(index).unwrap_or(u32::MAX)));
+        } else if let Some(detail) = schema::difference(&wire.schema, &batch.schema()) {
             return Err(SendError::SchemaMismatch {
                 table: wire.name.clone(),
                 detail,

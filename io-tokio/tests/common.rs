@@ -9,7 +9,7 @@ use std::time::Duration;
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use zerobus_sink::{
-    Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig, TableSpec,
+    Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{Confirmer, ResubmitPolicy, TableDef, ZerobusConfig};
@@ -121,8 +121,5 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
 }
 
 pub fn table(slots: u16) -> TableDef {
-    TableDef {
-        spec: TableSpec::new(TABLE).sizing(PoolSizing::fixed(slots)),
-        schema: schema(),
-    }
+    TableDef::new(TABLE, schema()).sizing(PoolSizing::fixed(slots))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, DictionaryArray, RecordBatch, types::Int32Type};
 use common::{Recorder, TABLE, config, emulator, orders, table};
-use zerobus_sink::{Raw, SinkConfig, TableId, TableSpec, Token};
+use zerobus_sink::{Raw, SinkConfig, TableId, Token};
 use zerobus_sink_testkit::emulator::{Code, Fault};
 use zerobus_sink_tokio::{
     DeliveryError, SendError, Sink, StartError, TableDef, ZerobusConfig, ZerobusSink,
@@ -115,10 +115,7 @@ async fn a_receipt_resolves_to_the_failure_of_its_batch() {
         },
     );
     let recorder = Recorder::default();
-    let def = TableDef {
-        spec: TableSpec::new(TABLE),
-        schema: common::schema(),
-    };
+    let def = TableDef::new(TABLE, common::schema());
     let mut sink = ZerobusSink::<Raw>::start(config(&emu), vec![def], recorder.clone()).unwrap();
     let id = sink.table(TABLE).unwrap();
     let receipt = sink

@@ -175,7 +175,7 @@ async fn an_outage_is_logged_once_per_stream_with_its_cause_and_its_recovery() {
         .unwrap();
     sink.flush().await.unwrap();
     // Down for 1.5 s (with 50 ms backoffs: many retries per stream), then back.
-    emu.kill();
+    emu.kill().await;
     let _receipt = sink
         .send(id, orders(10, 10), Token::raw("o", 0, 19))
         .await
@@ -211,7 +211,7 @@ async fn a_spent_retry_budget_names_the_attempts_as_configured() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
     let down = emu.addr();
-    emu.kill();
+    emu.kill().await;
     let recorder = Recorder::default();
     let cfg = ZerobusConfig::new(format!("http://{down}"))
         .core(config_for_budget())

@@ -148,7 +148,7 @@ async fn a_pipeline_commits_only_unbroken_durable_runs_through_a_crash_of_the_se
             down.until(|s| s.messages >= 10).await;
             let config = config.clone();
             restarted = Some(tokio::spawn(async move {
-                down.kill();
+                down.kill().await;
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 Emulator::bind(addr, config()).await.unwrap()
             }));

@@ -38,6 +38,7 @@ fn main() {
             c.tables = vec![zerobus_sink_testkit::SimTable {
                 slots,
                 keyed: false,
+                provisioned: false,
             }];
             c.sink.window = WindowLimits {
                 max_batches,

@@ -14,6 +14,8 @@ pub struct SimBatch {
     pub rows: u64,
     /// Size of each row.
     pub bytes_per_row: u64,
+    /// The batch's schema (its number; 0 for tables taken as they are).
+    pub schema: u32,
 }
 
 impl SimBatch {
@@ -25,7 +27,14 @@ impl SimBatch {
             start: 0,
             rows,
             bytes_per_row,
+            schema: 0,
         }
+    }
+
+    /// The same batch, of schema `schema`.
+    #[must_use]
+    pub fn of_schema(self, schema: u32) -> SimBatch {
+        SimBatch { schema, ..self }
     }
 }
 
@@ -46,6 +55,7 @@ impl Batch for SimBatch {
             start: self.start + offset,
             rows: len,
             bytes_per_row: self.bytes_per_row,
+            schema: self.schema,
         }
     }
 }

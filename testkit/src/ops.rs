@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen};
 use zerobus_sink::{
-    Batch, Code, ConnId, ErrorInfo, Handled, Input, Output, PoolSizing, Raw, RetryPolicy,
+    Batch, Code, ConnId, ErrorInfo, Handled, Input, Output, PoolSizing, Raw, RetryPolicy, SchemaId,
     SinkConfig, SinkCore, SlotId, StreamError, TableId, TableSpec, Time, Token, WindowLimits,
 };
 
@@ -85,9 +85,24 @@ pub enum Op {
         /// Milliseconds until the close deadline.
         grace_ms: u16,
     },
+    /// The source's schema for the provisioned table drifts: later submits carry a new one.
+    /// With `hold`, the catalog does not answer reconciles until [`Op::Reconciled`].
+    Drift {
+        /// Hold the next reconcile answers.
+        hold: bool,
+    },
+    /// The catalog answers the oldest held reconcile: reconciled, or refused.
+    Reconciled {
+        /// Reconciled (`false`: refused).
+        ok: bool,
+    },
 }
 
 const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
+/// Tags from here on are the catalog's operations (below it, `tag % 11` as before, so older
+/// fuzz findings decode as they did).
+const CATALOG_TAGS: u8 = 242;
+const RECONCILED_TAG: u8 = 249;
 
 impl Op {
     /// Decodes a byte string into operations (the fuzz target's input format): a tag byte then
@@ -96,6 +111,18 @@ impl Op {
     pub fn decode_all(mut data: &[u8]) -> Vec<Op> {
         let mut ops = Vec::new();
         while let Some((&tag, rest)) = data.split_first() {
+            if tag >= CATALOG_TAGS {
+                let Some((&f, rest)) = rest.split_first() else {
+                    break;
+                };
+                ops.push(if tag < RECONCILED_TAG {
+                    Op::Drift { hold: f & 1 == 1 }
+                } else {
+                    Op::Reconciled { ok: f & 1 == 1 }
+                });
+                data = rest;
+                continue;
+            }
             let kind = usize::from(tag) % FIELD_BYTES.len();
             let Some((f, rest)) = rest.split_at_checked(FIELD_BYTES[kind]) else {
                 break;
@@ -168,6 +195,8 @@ impl Op {
                 Op::Close { grace_ms } => {
                     out.extend([[10].as_slice(), &grace_ms.to_le_bytes()].concat())
                 }
+                Op::Drift { hold } => out.extend([CATALOG_TAGS, u8::from(hold)]),
+                Op::Reconciled { ok } => out.extend([RECONCILED_TAG, u8::from(ok)]),
             }
         }
         out
@@ -211,7 +240,7 @@ impl Arbitrary for Op {
             0 => u8::arbitrary(g),
             _ => u8::arbitrary(g) % 40,
         };
-        match u8::arbitrary(g) % 32 {
+        match u8::arbitrary(g) % 35 {
             0..=6 => Op::Submit { rows: rows(g) },
             7..=9 => Op::SubmitKeyed {
                 key: u8::arbitrary(g) % 5,
@@ -251,8 +280,14 @@ impl Arbitrary for Op {
                     _ => u32::arbitrary(g) % 10_000,
                 },
             },
-            _ => Op::Close {
+            31 => Op::Close {
                 grace_ms: u16::arbitrary(g),
+            },
+            32 => Op::Drift {
+                hold: bool::arbitrary(g),
+            },
+            _ => Op::Reconciled {
+                ok: u8::arbitrary(g) % 4 != 0,
             },
         }
     }
@@ -296,6 +331,10 @@ pub struct Coverage {
     pub handed_back_rows: u64,
     /// Rows of failed batches that were already durable (the prefixes sliced off).
     pub handed_back_durable: u64,
+    /// Slots that drained and reopened for another schema.
+    pub schema_switches: u64,
+    /// Schemas the catalog refused.
+    pub schemas_refused: u64,
 }
 
 impl Coverage {
@@ -314,6 +353,8 @@ impl Coverage {
             foreign_inputs: self.foreign_inputs + o.foreign_inputs,
             handed_back_rows: self.handed_back_rows + o.handed_back_rows,
             handed_back_durable: self.handed_back_durable + o.handed_back_durable,
+            schema_switches: self.schema_switches + o.schema_switches,
+            schemas_refused: self.schemas_refused + o.schemas_refused,
         }
     }
 }
@@ -328,10 +369,11 @@ pub struct Run {
 }
 
 /// Applies [`Op`]s to a small core and checks the [`Oracle`] after every one: an
-/// order-agnostic table of 3 slots and a keyed table of 2, under a cap of 4 streams (so one
-/// table is evicted when the other needs its pool), with tight windows so that backpressure,
-/// timeouts and retry budgets are reached. A slot index one past the sink's reaches a
-/// connection of another sink, which the core must ignore.
+/// order-agnostic table of 3 slots, provisioned through a catalog (the harness answers its
+/// reconciles at once unless an [`Op::Drift`] holds them), and a keyed table of 2, under a cap
+/// of 4 streams (so one table is evicted when the other needs its pool), with tight windows so
+/// that backpressure, timeouts and retry budgets are reached. A slot index one past the sink's
+/// reaches a connection of another sink, which the core must ignore.
 #[derive(Debug)]
 pub struct Harness {
     sink: SinkCore<Raw, SimBatch>,
@@ -348,6 +390,10 @@ pub struct Harness {
     late_acks: u64,
     foreign_inputs: u64,
     handed_back: (u64, u64),
+    /// The provisioned table's current schema, whether reconciles are held, and the held ones.
+    schema: u32,
+    hold: bool,
+    held: Vec<SchemaId>,
 }
 
 impl Default for Harness {
@@ -375,6 +421,7 @@ impl Harness {
                 max_attempts: 2,
                 ..RetryPolicy::default()
             },
+            reconcile_timeout: Duration::from_secs(120),
         }
     }
 
@@ -386,7 +433,11 @@ impl Harness {
     pub fn new(config: SinkConfig, checks: Checks) -> Harness {
         let mut sink = SinkCore::new(config).expect("harness configuration is valid");
         let plain = sink
-            .add_table(TableSpec::new("main.sim.plain").sizing(PoolSizing::fixed(3)))
+            .add_table(
+                TableSpec::new("main.sim.plain")
+                    .sizing(PoolSizing::fixed(3))
+                    .reconciled(),
+            )
             .expect("table");
         let keyed = sink
             .add_table(
@@ -398,6 +449,7 @@ impl Harness {
         let mut oracle = Oracle::with_checks(config, checks);
         oracle.register_table(plain, 3);
         oracle.register_table(keyed, 2);
+        oracle.provisioned(plain);
         let slots = sink.slot_ids().map(|_| SlotModel::default()).collect();
         Harness {
             sink,
@@ -412,6 +464,9 @@ impl Harness {
             late_acks: 0,
             foreign_inputs: 0,
             handed_back: (0, 0),
+            schema: 1,
+            hold: false,
+            held: Vec::new(),
         }
     }
 
@@ -472,7 +527,11 @@ impl Harness {
     /// Applies one operation, drains the core and checks the oracle.
     pub fn apply(&mut self, op: &Op) -> Result<(), Violation> {
         match *op {
-            Op::Submit { rows } => self.submit(self.tables[0].into(), None, u64::from(rows))?,
+            Op::Submit { rows } => self.submit(
+                self.tables[0].schema(SchemaId(self.schema)),
+                None,
+                u64::from(rows),
+            )?,
             Op::SubmitKeyed { key, rows } => self.submit(
                 self.tables[1].key(u64::from(key)),
                 Some(key),
@@ -539,6 +598,17 @@ impl Harness {
                 }
             }
             Op::Tick { ms } => self.now = self.now + Duration::from_millis(u64::from(ms)),
+            Op::Drift { hold } => {
+                self.schema += 1;
+                self.hold = hold;
+            }
+            Op::Reconciled { ok } => {
+                if !self.held.is_empty() {
+                    let schema = self.held.remove(0);
+                    self.answer(schema, ok);
+                }
+                self.hold = false;
+            }
             Op::Close { grace_ms } => {
                 self.closing = true;
                 self.oracle.closing();
@@ -563,7 +633,7 @@ impl Harness {
         let slots: Vec<SlotId> = self.sink.table_slots(table).collect();
         let slot = key.map(|k| slots[usize::from(k) % slots.len().max(1)]);
         let token = Token::raw("sim", 0, i64::try_from(id).unwrap_or(i64::MAX));
-        let batch = SimBatch::new(id, rows, 8);
+        let batch = SimBatch::new(id, rows, 8).of_schema(route.schema_id().0);
         let bytes = batch.bytes();
         self.oracle.set_now(self.now);
         match self.sink.submit(self.now, route, batch, token) {
@@ -616,12 +686,35 @@ impl Harness {
         }
     }
 
+    /// The catalog's answer for the provisioned table's `schema`.
+    fn answer(&mut self, schema: SchemaId, ok: bool) {
+        let table = self.tables[0];
+        self.oracle.reconciled(table, schema.0, ok);
+        let outcome = if ok {
+            Ok(())
+        } else {
+            Err(format!("column amount of {schema}: narrowing (harness)"))
+        };
+        let _ = self.sink.reconciled(self.now, table, schema, outcome);
+    }
+
     fn drain(&mut self) -> Result<(), Violation> {
         self.oracle.set_now(self.now);
         loop {
             let out = self.sink.poll_output(self.now);
             let timeout = matches!(out, Output::Timeout(_));
             match &out {
+                Output::Reconcile { schema, .. } if self.hold && !self.held.contains(schema) => {
+                    self.held.push(*schema);
+                }
+                Output::Reconcile { .. } if self.hold => {}
+                Output::Reconcile { schema, .. } => {
+                    let schema = *schema;
+                    // Answered after the oracle has seen the request.
+                    self.oracle.output(out)?;
+                    self.answer(schema, true);
+                    continue;
+                }
                 Output::Open { conn, .. } => {
                     if let Some(m) = self.slots.get_mut(conn.slot().index()) {
                         m.opening = Some(*conn);
@@ -685,6 +778,8 @@ impl Harness {
             foreign_inputs: self.foreign_inputs,
             handed_back_rows: self.handed_back.0,
             handed_back_durable: self.handed_back.1,
+            schema_switches: m.schema_switches,
+            schemas_refused: m.schemas_refused,
         }
     }
 

@@ -17,7 +17,7 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use tonic::{Code, Status};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_catalog::{DesiredTable, Policy, Role, TableCatalog, TableRef};
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
 
 const TABLE: &str = "main.bronze.hostile";
 
@@ -275,27 +275,20 @@ async fn create_table(root: &std::path::Path, table: &str) {
         .unwrap();
 }
 
-/// Every id in the Delta table, read back from its Parquet files through delta-rs.
+/// Every id in the Delta table, read back through delta-rs.
 async fn ids_in_table(root: &std::path::Path, table: &str) -> Vec<i64> {
-    let location = LocalDelta::new(root).location(&TableRef::parse(table).unwrap());
-    let url = url::Url::from_directory_path(std::fs::canonicalize(location).unwrap()).unwrap();
-    let t = deltalake::open_table(url).await.unwrap();
-    let mut ids = Vec::new();
-    for uri in t.get_file_uris().unwrap() {
-        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
-        let reader =
-            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(path).unwrap(),
-            )
-            .unwrap()
-            .build()
-            .unwrap();
-        for b in reader {
-            let b = b.unwrap();
+    let (batches, _) = delta::read_table(root, table).await.unwrap();
+    let mut ids: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
             let col = b.column_by_name("id").unwrap();
-            ids.extend(col.as_any().downcast_ref::<Int64Array>().unwrap().values());
-        }
-    }
+            col.as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
     ids.sort_unstable();
     ids
 }
@@ -384,7 +377,7 @@ async fn acked_rows_land_in_the_delta_table_exactly_once_across_crashes() {
             .delta_root(&root)
             .materialize_lag(Duration::from_secs(3600))
     };
-    emu.kill();
+    emu.kill().await;
     let emu = Emulator::bind(addr, slow()).await.unwrap();
     call(&emu, Some(TABLE), stamped_call(500, 5)).await.unwrap();
     assert_eq!(
@@ -392,7 +385,7 @@ async fn acked_rows_land_in_the_delta_table_exactly_once_across_crashes() {
         500,
         "not materialized yet"
     );
-    emu.kill();
+    emu.kill().await;
     // ...and the next start resumes from the position recorded in the table's last commit:
     // the new rows land once, the old ones are not appended again.
     let emu = Emulator::bind(addr, quick()).await.unwrap();
@@ -404,7 +397,7 @@ async fn acked_rows_land_in_the_delta_table_exactly_once_across_crashes() {
     assert_eq!(emu.stats().materialized_rows, 500);
     // A graceful stop materializes what is logged, and a restart after it adds nothing.
     let emu2 = {
-        emu.kill();
+        emu.kill().await;
         Emulator::bind(addr, slow()).await.unwrap()
     };
     call(&emu2, Some(TABLE), stamped_call(1000, 3))

@@ -552,3 +552,89 @@ fn check_11_fires_when_pending_work_makes_no_progress_within_the_bound() {
     rig.now = rig.now + Duration::from_secs(61);
     expect(rig.honest(), 11, "none ended");
 }
+
+/// A rig whose table is provisioned through a catalog, one batch of schema 1 submitted; the
+/// oracle is told schema 1 is reconciled (the drivers below answer the core's request).
+fn provisioned_rig() -> Rig {
+    let mut sink = SinkCore::new(config()).unwrap();
+    let table = sink
+        .add_table(
+            TableSpec::new("main.sim.t")
+                .sizing(PoolSizing::fixed(1))
+                .reconciled(),
+        )
+        .unwrap();
+    let mut oracle = Oracle::new(config());
+    oracle.register_table(table, 1);
+    oracle.provisioned(table);
+    let mut rig = Rig {
+        sink,
+        oracle,
+        table,
+        now: Time::ZERO,
+        next: 1,
+    };
+    let batch = SimBatch::new(0, 3, 8).of_schema(1);
+    let route = table.schema(zerobus_sink::SchemaId(1));
+    rig.sink
+        .submit(Time::ZERO, route, batch, Token::raw("sim", 0, 0))
+        .unwrap();
+    rig.oracle.admitted(0, 3, 24, table, None).unwrap();
+    rig.oracle.reconciled(table, 1, true);
+    rig
+}
+
+/// Answers the core's reconcile request (reconciled); `None` for any other output.
+fn answer(
+    sink: &mut SinkCore<Raw, SimBatch>,
+    now: Time,
+    out: &Output<Raw, SimBatch>,
+) -> Option<()> {
+    let Output::Reconcile { table, schema } = out else {
+        return None;
+    };
+    let _ = sink.reconciled(now, *table, *schema, Ok(()));
+    Some(())
+}
+
+#[test]
+fn check_12_fires_on_a_stream_opened_for_a_schema_never_reconciled() {
+    let mut rig = provisioned_rig();
+    // The oracle never heard of the answer (the driver kept it from the oracle): the open is
+    // for a schema it does not know as reconciled.
+    let result = rig.drain(|sink, now, out| match out {
+        Output::Reconcile { .. } => {
+            answer(sink, now, &out);
+            vec![out]
+        }
+        Output::Open { table, conn, .. } => vec![Output::Open {
+            table,
+            conn,
+            schema: zerobus_sink::SchemaId(9),
+        }],
+        other => vec![other],
+    });
+    expect(result, 12, "never reconciled");
+}
+
+#[test]
+fn check_12_fires_on_a_batch_sent_on_a_stream_of_another_schema() {
+    let mut rig = provisioned_rig();
+    let result = rig.drain(|sink, now, out| match out {
+        Output::Reconcile { .. } => {
+            answer(sink, now, &out);
+            vec![out]
+        }
+        Output::Open { conn, .. } => {
+            let _ = sink.handle(now, Input::ready(conn));
+            vec![out]
+        }
+        // The driver shows the oracle a batch of another schema on the stream.
+        Output::Send(t) => vec![Output::Send(Transmit {
+            batch: t.batch.of_schema(2),
+            ..copy(&t)
+        })],
+        other => vec![other],
+    });
+    expect(result, 12, "opened for schema");
+}

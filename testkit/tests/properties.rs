@@ -75,6 +75,12 @@ const FORWARD: Floor = ("forward acks", |c| c.forward_acks, 20);
 const FULL: Floor = ("full windows", |c| c.backpressured, 20);
 const TIMEOUTS: Floor = ("ack timeouts", |c| c.ack_timeouts, 5);
 const FOREIGN: Floor = ("inputs from another sink", |c| c.foreign_inputs, 50);
+const SWITCHES: Floor = (
+    "streams reopened for a new schema",
+    |c| c.schema_switches,
+    20,
+);
+const REFUSED: Floor = ("schemas refused", |c| c.schemas_refused, 5);
 
 #[test]
 fn prop_refused_submits_meet_a_bound_from_the_oracles_own_books() {
@@ -119,4 +125,9 @@ fn prop_each_token_is_confirmed_at_most_once() {
 #[test]
 fn prop_a_deadline_whenever_work_is_pending() {
     property(11, &[EVICTIONS, TIMEOUTS, BUDGETS]);
+}
+
+#[test]
+fn prop_provisioned_before_sent() {
+    property(12, &[SWITCHES, REFUSED, EVICTIONS]);
 }

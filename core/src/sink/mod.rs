@@ -8,6 +8,7 @@
 mod input;
 mod pump;
 mod recovery;
+mod schema;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -77,6 +78,8 @@ pub(crate) struct TableState<L: Lane, B> {
     admitted: u64,
     rows_admitted: u64,
     failed_unassigned: u64,
+    /// Its schemas, for tables provisioned through a catalog.
+    schemas: schema::Schemas,
 }
 
 impl<L: Lane, B> TableState<L, B> {
@@ -153,6 +156,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 reason: "must not be empty",
             });
         }
+        if spec.keyed && spec.reconciled {
+            return Err(ConfigError::KeyedReconciled { table: spec.name });
+        }
         let pool = spec.sizing.size();
         if pool.slots > self.config.max_open_streams {
             return Err(ConfigError::PoolAboveCap {
@@ -190,6 +196,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             admitted: 0,
             rows_admitted: 0,
             failed_unassigned: 0,
+            schemas: schema::Schemas::default(),
         });
         Ok(table)
     }
@@ -345,12 +352,23 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 reason,
             });
         }
+        let reconciled = self.tables[route.table.index()].spec.reconciled;
+        // A table taken as it is has one schema: whatever the route says.
+        let schema = if reconciled {
+            route.schema
+        } else {
+            crate::ids::SchemaId(0)
+        };
+        if reconciled {
+            self.note_schema(route.table, schema);
+        }
         let queued = Queued {
             batch,
             token,
             rows,
             bytes,
             submitted_at: now,
+            schema,
         };
         let t = &mut self.tables[route.table.index()];
         match route.key {
@@ -394,6 +412,11 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 table,
                 reason: error.to_string(),
             });
+        }
+        if t.spec.reconciled
+            && let Some(refused) = self.schema_refusal(table, route.schema)
+        {
+            return Err(refused);
         }
         if t.spec.keyed != route.key.is_some() {
             let expectation = if t.spec.keyed {

@@ -143,9 +143,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             since: now,
         };
         window.opened_epoch = self.tables[table.index()].cred_epoch;
+        let schema = self.open_schema(slot);
+        let window = &mut self.slots[slot.index()];
+        window.conn_schema = schema;
         self.metrics.connections_opened += 1;
         let conn = window.conn_id(generation);
-        self.outputs.push_back(Output::Open { table, conn });
+        self.outputs.push_back(Output::Open {
+            table,
+            conn,
+            schema,
+        });
     }
 
     /// Whether shutdown leaves nothing for this slot to do.
@@ -158,9 +165,11 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// One pass; returns whether a table went cold, so that another pass may give its streams
     /// to a waiting table.
     pub(super) fn pump(&mut self, now: Time) -> bool {
+        self.ask_reconciles(now);
         self.advance_drains(now);
         self.warm_tables(now);
         self.assign_queued();
+        self.switch_schemas(now);
         self.place(now);
         self.close_quiet_streams(now)
     }
@@ -198,7 +207,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     fn warm_tables(&mut self, now: Time) {
         let mut line: Vec<usize> = Vec::new();
         for index in 0..self.tables.len() {
-            if self.tables[index].status == TableStatus::Cold && self.has_work(index) {
+            if self.tables[index].status == TableStatus::Cold && self.wants_streams(index) {
                 if self.tables[index].waiting_since.is_none() {
                     self.tables[index].waiting_since = Some(self.next_in_line);
                     self.next_in_line += 1;
@@ -272,8 +281,15 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// The first table in line for streams, if one waits.
     fn first_waiting(&self) -> Option<usize> {
         (0..self.tables.len())
-            .filter(|&i| self.tables[i].status == TableStatus::Cold && self.has_work(i))
+            .filter(|&i| self.tables[i].status == TableStatus::Cold && self.wants_streams(i))
             .min_by_key(|&i| (self.tables[i].waiting_since, i))
+    }
+
+    /// Whether a table has work its streams could carry: a table provisioned through a
+    /// catalog opens none before a schema of it is reconciled.
+    fn wants_streams(&self, table: usize) -> bool {
+        let t = &self.tables[table];
+        self.has_work(table) && (!t.spec.reconciled || t.schemas.any_ok())
     }
 
     fn has_work(&self, table: usize) -> bool {
@@ -290,6 +306,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             let n = usize::from(t.pool.slots);
             while let Some(front) = t.queue.front() {
+                // Nothing leaves the queue for a stream before its schema is reconciled.
+                if t.spec.reconciled && !t.schemas.is_ok(front.schema) {
+                    break;
+                }
                 let chosen = (0..n).map(|k| (t.cursor + k) % n).find(|&k| {
                     let w = &self.slots[t.first_slot + k];
                     w.is_ready()
@@ -380,6 +400,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 .min(),
             _ => None,
         };
-        slots.chain(close).chain(turn).min()
+        let reconcile = self
+            .tables
+            .iter()
+            .filter_map(|t| t.schemas.ask_again_at(self.config.reconcile_timeout));
+        slots.chain(close).chain(turn).chain(reconcile).min()
     }
 }

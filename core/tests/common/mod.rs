@@ -111,3 +111,17 @@ pub fn failed(outputs: Vec<Out>) -> Vec<zerobus_sink::Failed<Raw, Vec<u8>>> {
 pub fn transcript(outputs: &[Out]) -> Vec<String> {
     outputs.iter().map(|o| format!("{o:?}")).collect()
 }
+
+/// The deadline of an `Output::Timeout`, `None` for any other output.
+pub trait TimeoutOf {
+    fn timeout(self) -> Option<Option<Time>>;
+}
+
+impl TimeoutOf for Out {
+    fn timeout(self) -> Option<Option<Time>> {
+        match self {
+            Output::Timeout(at) => Some(at),
+            _ => None,
+        }
+    }
+}

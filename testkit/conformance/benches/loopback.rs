@@ -13,7 +13,7 @@ use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use databricks_zerobus_ingest_sdk::ZerobusSdk;
 use zerobus_sink::{
-    Batch, Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, SinkConfig, TableSpec, Token,
+    Batch, Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, SinkConfig, Token,
     WindowLimits,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
@@ -62,10 +62,7 @@ async fn ours(
     schema: &SchemaRef,
     batches: &[RecordBatch],
 ) -> Duration {
-    let def = TableDef {
-        spec: TableSpec::new(table).sizing(PoolSizing::fixed(streams)),
-        schema: schema.clone(),
-    };
+    let def = TableDef::new(table, schema.clone()).sizing(PoolSizing::fixed(streams));
     let config = ZerobusConfig::new(emu.url()).core(SinkConfig {
         window,
         ..SinkConfig::default()

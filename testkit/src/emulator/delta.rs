@@ -214,6 +214,32 @@ async fn materialize_table(
     Ok(rows)
 }
 
+/// Every row of `table`'s Delta table under `root`, read back through delta-rs (the files of
+/// its current version), with the table's version. For tests and the demo: what a reader of
+/// the table sees.
+///
+/// # Errors
+/// The table cannot be opened or a data file cannot be read (the message names which).
+pub async fn read_table(root: &Path, table: &str) -> Result<(Vec<RecordBatch>, u64), String> {
+    let name = TableRef::parse(table).map_err(|e| e.to_string())?;
+    let location = LocalDelta::new(root).location(&name);
+    let delta = open(&location).await?;
+    let version = delta.version().unwrap_or(0);
+    let mut out = Vec::new();
+    for uri in delta.get_file_uris().map_err(|e| e.to_string())? {
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
+        let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+        let reader =
+            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                .and_then(|b| b.build())
+                .map_err(|e| format!("{path}: {e}"))?;
+        for batch in reader {
+            out.push(batch.map_err(|e| format!("{path}: {e}"))?);
+        }
+    }
+    Ok((out, version))
+}
+
 async fn open(location: &Path) -> Result<DeltaTable, String> {
     let dir =
         std::fs::canonicalize(location).map_err(|e| format!("{}: {e}", location.display()))?;

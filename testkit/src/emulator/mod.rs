@@ -489,17 +489,16 @@ impl Emulator {
     }
 
     /// An outage: stops listening and cuts every connection at once (no status, no
-    /// trailers), as a crashed process would. What was acked is in the write-ahead logs; a new
-    /// emulator bound to the same address and directory serves it again.
-    pub fn kill(mut self) {
+    /// trailers), as a crashed process would; the materializer stops where it is. What was
+    /// acked is in the write-ahead logs; a new emulator bound to the same address and
+    /// directories serves it again. Returns once the address is free.
+    pub async fn kill(mut self) {
         if let Some((_, task)) = self.materializer.take() {
             task.abort();
+            let _ = task.await;
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
         }
         let switches = std::mem::take(
             &mut *self
@@ -510,6 +509,10 @@ impl Emulator {
         );
         for s in switches {
             s.kill();
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
         }
     }
 

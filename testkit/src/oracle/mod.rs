@@ -17,6 +17,7 @@
 //! | 8 | windows within their bounds: a slot's batches within `WindowLimits`, a table's queue within its slots times them, the whole sink within twice the sum |
 //! | 9 | nothing confirmed after it ended; durable rows never resent |
 //! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending |
+//! | 12 | provisioned before sent: a stream of a table provisioned through a catalog is opened only for a schema the driver reported reconciled, and every batch sent on a stream has the schema the stream was opened with (read from the batch itself); a refusal for a refused schema only |
 //!
 //! Each check can be switched on alone ([`Checks`]), so that a property or a test that breaks
 //! one thing on purpose sees that check, and not another, fire.
@@ -146,6 +147,12 @@ pub struct Oracle {
     tally: Tally,
     books: Books,
     liveness: Liveness,
+    /// Invariant 12: tables provisioned through a catalog, the schemas the driver reported
+    /// reconciled or refused for each, and the schema each connection was opened with.
+    provisioned: BTreeSet<TableId>,
+    schemas_ok: BTreeSet<(TableId, u32)>,
+    schemas_refused: BTreeSet<(TableId, u32)>,
+    conn_schema: BTreeMap<ConnId<Raw>, u32>,
 }
 
 impl Oracle {
@@ -177,6 +184,26 @@ impl Oracle {
             tally: Tally::default(),
             books: Books::new(config.window),
             liveness: Liveness::default(),
+            provisioned: BTreeSet::new(),
+            schemas_ok: BTreeSet::new(),
+            schemas_refused: BTreeSet::new(),
+            conn_schema: BTreeMap::new(),
+        }
+    }
+
+    /// `table` is provisioned through a catalog: a stream of it may only be opened for a
+    /// schema the driver reported reconciled (invariant 12).
+    pub fn provisioned(&mut self, table: TableId) {
+        self.provisioned.insert(table);
+        self.books.provisioned(table);
+    }
+
+    /// The driver answered a reconcile of `table` to `schema`: `ok`, or refused.
+    pub fn reconciled(&mut self, table: TableId, schema: u32, ok: bool) {
+        if ok {
+            self.schemas_ok.insert((table, schema));
+        } else {
+            self.schemas_refused.insert((table, schema));
         }
     }
 
@@ -269,6 +296,9 @@ impl Oracle {
             }
             RejectReason::TooLarge { .. } => rows > w.max_rows || bytes > w.max_bytes,
             RejectReason::Full { .. } => self.books.full(table, slot, slots_of_table, rows, bytes),
+            RejectReason::SchemaRefused { schema, .. } => {
+                self.schemas_refused.contains(&(table, schema.0))
+            }
             _ => false,
         };
         if justified {
@@ -340,7 +370,19 @@ impl Oracle {
     /// ended (confirmed or handed back).
     pub fn output(&mut self, output: Output<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
         match output {
-            Output::Open { conn, .. } => self.open(conn)?,
+            Output::Open {
+                table,
+                conn,
+                schema,
+            } => {
+                self.conn_schema.insert(conn, schema.0);
+                let allowed = !self.provisioned.contains(&table)
+                    || self.schemas_ok.contains(&(table, schema.0));
+                self.ensure(12, allowed, || {
+                    format!("{conn} of {table} opened for {schema}, which was never reconciled")
+                })?;
+                self.open(conn)?;
+            }
             Output::Send(t) => self.send(&t)?,
             Output::Close { conn, graceful } => self.close(conn, graceful)?,
             Output::Confirmed(burst) => {
@@ -378,6 +420,12 @@ impl Oracle {
                 })?;
             }
             Output::InvalidateCredentials { .. } => {}
+            Output::Reconcile { table, schema } => {
+                let provisioned = self.provisioned.contains(&table);
+                self.ensure(12, provisioned, || {
+                    format!("a reconcile of {table} ({schema}), which is taken as it is")
+                })?;
+            }
             _ => return self.fail(10, "an output kind the oracle does not know"),
         }
         Ok(Vec::new())
@@ -478,6 +526,13 @@ impl Oracle {
         let live = self.live.get(&slot) == Some(&t.conn);
         self.ensure(4, live, || {
             format!("send on {}, not the live connection", t.conn)
+        })?;
+        let opened_for = self.conn_schema.get(&t.conn).copied();
+        self.ensure(12, opened_for == Some(t.batch.schema), || {
+            format!(
+                "batch {} of schema #{} sent on {}, opened for schema #{opened_for:?}",
+                t.batch.id, t.batch.schema, t.conn
+            )
         })?;
         let Some(record) = self.records.get_mut(&t.batch.id) else {
             return self.fail(5, format!("send of unknown batch {}", t.batch.id));

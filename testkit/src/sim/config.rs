@@ -51,6 +51,8 @@ pub struct Faults {
     pub slow_sync: f64,
     /// Streams the service allows per table; opens beyond it get `RESOURCE_EXHAUSTED`.
     pub streams_per_table: Option<u16>,
+    /// Per reconcile of a provisioned table: the catalog refuses the schema (a narrowing).
+    pub schema_refusal: f64,
 }
 
 /// One table of the simulated workload.
@@ -60,6 +62,10 @@ pub struct SimTable {
     pub slots: u16,
     /// Whether batches are routed by an ordering key (drawn from 8 keys).
     pub keyed: bool,
+    /// Whether it is provisioned through a catalog (the simulated catalog answers each
+    /// reconcile after [`SimConfig::reconcile_latency`]); its source's schema drifts with
+    /// probability [`SimConfig::drift`] per batch.
+    pub provisioned: bool,
 }
 
 /// One simulation's parameters. Everything random derives from `seed`.
@@ -96,6 +102,10 @@ pub struct SimConfig {
     pub inline_wait: bool,
     /// A run that takes more steps than this fails (a livelock guard).
     pub max_steps: u64,
+    /// Per batch of a provisioned table: the source's schema drifts (a new column).
+    pub drift: f64,
+    /// Time the simulated catalog takes to answer a reconcile, drawn uniformly per request.
+    pub reconcile_latency: (Duration, Duration),
 }
 
 impl SimConfig {
@@ -127,6 +137,7 @@ impl SimConfig {
             tables: vec![SimTable {
                 slots: 2,
                 keyed: false,
+                provisioned: true,
             }],
             ack_latency: Latency::DOCUMENTED,
             open_latency: (Duration::from_millis(50), Duration::from_millis(50)),
@@ -139,6 +150,8 @@ impl SimConfig {
             faults_until: 0.75,
             inline_wait: false,
             max_steps: 2_000_000,
+            drift: 0.005,
+            reconcile_latency: (Duration::from_millis(20), Duration::from_millis(300)),
         };
         match name {
             "steady" => Some(steady),
@@ -151,14 +164,17 @@ impl SimConfig {
                     SimTable {
                         slots: 2,
                         keyed: false,
+                        provisioned: false,
                     },
                     SimTable {
                         slots: 3,
                         keyed: false,
+                        provisioned: true,
                     },
                     SimTable {
                         slots: 2,
                         keyed: true,
+                        provisioned: false,
                     },
                 ],
                 faults: Faults {
@@ -171,7 +187,9 @@ impl SimConfig {
                     stall: 0.02,
                     slow_sync: 0.02,
                     streams_per_table: Some(2),
+                    schema_refusal: 0.2,
                 },
+                drift: 0.02,
                 ..steady
             }),
             "inline" => Some(SimConfig {
@@ -193,6 +211,7 @@ impl SimConfig {
             .map(|_| {
                 let keyed = rng.chance(0.3);
                 let slots = rng.range(1, 3) as u16;
+                let provisioned = !keyed && rng.chance(0.5);
                 SimTable {
                     slots: if keyed {
                         slots.min(limit.unwrap_or(3))
@@ -200,6 +219,7 @@ impl SimConfig {
                         slots
                     },
                     keyed,
+                    provisioned,
                 }
             })
             .collect();
@@ -245,7 +265,9 @@ impl SimConfig {
                 stall: chance(&mut rng, 0.03),
                 slow_sync: chance(&mut rng, 0.05),
                 streams_per_table: limit,
+                schema_refusal: chance(&mut rng, 0.3),
             },
+            drift: chance(&mut rng, 0.03),
             ..base
         }
     }
@@ -265,6 +287,7 @@ impl SimConfig {
         let turn =
             s.min_residency + s.open_timeout + s.ack_timeout + s.retry.drain_budget + half_close;
         let own = s.ack_timeout
+            + self.reconcile_latency.1
             + s.retry.drain_budget
             + s.retry.max_backoff
             + s.open_timeout

@@ -11,7 +11,11 @@
 //! per-table limit (concurrency reject), asks for a rotation, stops acking a stream (ack
 //! timeout), acks more than was sent (forward ack), refuses the credentials (auth rejection).
 //! Acks of dropped connections still arrive (stale; they must be ignored). Several tables share
-//! a global stream cap, so the least recently used one is evicted and reopened.
+//! a global stream cap, so the least recently used one is evicted and reopened. Tables
+//! provisioned through a catalog ask for each new schema to be reconciled; the source's schema
+//! drifts now and then, the simulated catalog answers after a latency and sometimes refuses
+//! (the source then drops what it cannot write, as a dead-letter queue, and moves on to a
+//! fixed schema).
 //!
 //! Faults last until [`SimConfig::faults_until`] of the batches are confirmed; then
 //! the service behaves and the oracle checks liveness against [`SimConfig::liveness_bound`].
@@ -23,8 +27,8 @@ use std::fmt;
 use std::time::Duration;
 
 use zerobus_sink::{
-    Batch, Code, ConnId, Input, Metrics, Output, PoolSizing, Raw, RejectReason, SinkCore, SlotId,
-    StreamError, TableId, TableSpec, Time, Token,
+    Batch, Code, ConnId, Input, Metrics, Output, PoolSizing, Raw, RejectReason, SchemaId, SinkCore,
+    SlotId, StreamError, TableId, TableSpec, Time, Token,
 };
 
 use crate::batch::SimBatch;
@@ -54,6 +58,12 @@ pub struct FaultCounts {
     pub stalls: u64,
     /// Syncs ten times slower than drawn.
     pub slow_syncs: u64,
+    /// Source schema drifts on provisioned tables.
+    pub drifts: u64,
+    /// Reconciles the catalog refused.
+    pub schema_refusals: u64,
+    /// Batches the source dropped because their schema was refused (its dead-letter queue).
+    pub dead_lettered: u64,
 }
 
 impl FaultCounts {
@@ -70,6 +80,9 @@ impl FaultCounts {
             concurrency_rejects: self.concurrency_rejects + o.concurrency_rejects,
             stalls: self.stalls + o.stalls,
             slow_syncs: self.slow_syncs + o.slow_syncs,
+            drifts: self.drifts + o.drifts,
+            schema_refusals: self.schema_refusals + o.schema_refusals,
+            dead_lettered: self.dead_lettered + o.dead_lettered,
         }
     }
 }
@@ -141,6 +154,12 @@ enum Event {
     ServerEnd {
         conn: ConnId<Raw>,
     },
+    /// The catalog's answer to a reconcile.
+    Reconciled {
+        table: TableId,
+        schema: SchemaId,
+        ok: bool,
+    },
     Wake,
 }
 
@@ -182,6 +201,8 @@ struct Sim<'a> {
     faulty: bool,
     injected: FaultCounts,
     step: u64,
+    /// Each table's current source schema (0 for tables taken as they are).
+    schemas: Vec<u32>,
 }
 
 /// Runs one simulation of profile `profile` (used only to name the reproduction command).
@@ -207,8 +228,16 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
     for (i, t) in config.tables.iter().enumerate() {
         let spec = TableSpec::new(format!("main.sim.t{i}")).sizing(PoolSizing::fixed(t.slots));
         let spec = if t.keyed { spec.keyed() } else { spec };
+        let spec = if t.provisioned {
+            spec.reconciled()
+        } else {
+            spec
+        };
         let id = sink.add_table(spec).map_err(|e| setup(e.to_string()))?;
         oracle.register_table(id, u64::from(t.slots));
+        if t.provisioned {
+            oracle.provisioned(id);
+        }
         tables.push(id);
     }
     let mut sim = Sim {
@@ -231,6 +260,11 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         faulty: true,
         injected: FaultCounts::default(),
         step: 0,
+        schemas: config
+            .tables
+            .iter()
+            .map(|t| u32::from(t.provisioned))
+            .collect(),
     };
     sim.schedule(Time::ZERO, Event::Source);
     let ran = sim.run().and_then(|()| sim.oracle.finish(&sim.sink));
@@ -304,6 +338,24 @@ impl Sim<'_> {
                 self.server_ack(conn);
                 let _ = self.sink.handle(self.now, Input::Closed { conn });
             }
+            Event::Reconciled { table, schema, ok } => {
+                self.oracle.reconciled(table, schema.0, ok);
+                let outcome = if ok {
+                    Ok(())
+                } else {
+                    // The source's owners fix it: its next batches have a new schema.
+                    if let Some(current) = self.schemas.get_mut(table.index())
+                        && *current == schema.0
+                    {
+                        *current += 1;
+                    }
+                    Err(format!(
+                        "column c{} of {schema}: narrowing (simulated)",
+                        schema.0
+                    ))
+                };
+                let _ = self.sink.reconciled(self.now, table, schema, outcome);
+            }
             Event::Wake => self.next_wake = None,
         }
         Ok(())
@@ -365,9 +417,19 @@ impl Sim<'_> {
                     .range(self.config.rows.0, self.config.rows.1)
                     .max(1);
                 let table = self.tables[self.rng.range(0, self.tables.len() as u64 - 1) as usize];
+                let provisioned = self
+                    .config
+                    .tables
+                    .get(table.index())
+                    .is_some_and(|t| t.provisioned);
+                if provisioned && self.rng.chance(self.config.drift) {
+                    self.injected.drifts += 1;
+                    self.schemas[table.index()] += 1;
+                }
+                let schema = self.schemas[table.index()];
                 (
                     table,
-                    SimBatch::new(u64::MAX, rows, self.config.bytes_per_row),
+                    SimBatch::new(u64::MAX, rows, self.config.bytes_per_row).of_schema(schema),
                 )
             }
             None => {
@@ -384,7 +446,7 @@ impl Sim<'_> {
     fn submit(&mut self, table: TableId, batch: SimBatch) -> Result<(), Violation> {
         // Each admission (a retry too) is a new batch to the oracle: rows [0, rows) of a new id.
         let id = self.next_id;
-        let fresh = SimBatch::new(id, batch.rows, batch.bytes_per_row);
+        let fresh = SimBatch::new(id, batch.rows, batch.bytes_per_row).of_schema(batch.schema);
         let token = Token::raw("sim", 0, i64::try_from(id).unwrap_or(i64::MAX));
         let keyed = self
             .config
@@ -396,7 +458,7 @@ impl Sim<'_> {
         let slot = key.map(|k| slots[usize::try_from(k).unwrap_or(0) % slots.len().max(1)]);
         let route = match key {
             Some(k) => table.key(k),
-            None => table.into(),
+            None => table.schema(SchemaId(batch.schema)),
         };
         self.oracle.set_now(self.now);
         match self.sink.submit(self.now, route, fresh, token) {
@@ -428,6 +490,12 @@ impl Sim<'_> {
                     // The table failed fatally: the pipeline stops writing to it (not admitted,
                     // so not lost); carry on with the others.
                     RejectReason::TableFailed { .. } => self.schedule(self.now, Event::Source),
+                    // The schema was refused: the source sets the batch aside (its dead-letter
+                    // queue; not admitted, so not lost) and carries on.
+                    RejectReason::SchemaRefused { .. } => {
+                        self.injected.dead_lettered += 1;
+                        self.schedule(self.now, Event::Source);
+                    }
                     _ => {
                         return Err(Violation {
                             invariant: 1,
@@ -568,7 +636,22 @@ impl Sim<'_> {
                         self.schedule(at, Event::Wake);
                     }
                 }
-                Output::Open { table, conn } => {
+                Output::Reconcile { table, schema } => {
+                    let (lo, hi) = self.config.reconcile_latency;
+                    let micros = self.rng.range(
+                        u64::try_from(lo.as_micros()).unwrap_or(0),
+                        u64::try_from(hi.as_micros()).unwrap_or(0).max(1),
+                    );
+                    let refused = self.fault(self.config.faults.schema_refusal);
+                    self.injected.schema_refusals += u64::from(refused);
+                    let event = Event::Reconciled {
+                        table: *table,
+                        schema: *schema,
+                        ok: !refused,
+                    };
+                    self.schedule(self.now + Duration::from_micros(micros), event);
+                }
+                Output::Open { table, conn, .. } => {
                     self.servers.insert(
                         *conn,
                         ServerConn {

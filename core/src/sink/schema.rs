@@ -1,0 +1,220 @@
+//! Tables provisioned through a catalog ([`TableSpec::reconciled`](crate::TableSpec)): every
+//! new batch schema is reconciled with the table before any batch of it is given to a stream.
+//!
+//! - A batch of a schema the table has not seen is admitted to the table's queue and the core
+//!   asks for one reconcile at a time ([`Output::Reconcile`]); the answer comes back through
+//!   [`SinkCore::reconciled`]. Until then no batch of that schema leaves the queue, and a table
+//!   with no reconciled schema opens no stream: nothing reaches a stream of a table whose
+//!   schema was not reconciled.
+//! - Each connection is opened for one schema ([`Output::Open`]'s `schema`) and sends only
+//!   batches of it. When a slot's next batch has another (reconciled) schema, the slot drains
+//!   what it sent, half-closes and reopens for the new schema at once (the rotation path: no
+//!   backoff, nothing failed). Earlier batches confirm in order as before.
+//! - A refused schema hands its queued batches back ([`FailureReason::SchemaRefused`]) and
+//!   refuses later ones at admission; the table keeps serving its other schemas.
+//! - A request unanswered after `reconcile_timeout` is asked again, so a driver that lost one
+//!   cannot stall the table (liveness).
+
+use std::collections::VecDeque;
+
+use crate::batch::Batch;
+use crate::error::{FailureReason, RejectReason};
+use crate::event::{Failed, FailedBatch, Handled, Ignored, Output};
+use crate::ids::{SchemaId, SlotId, TableId};
+use crate::lane::Lane;
+use crate::time::Time;
+use crate::window::{Drain, Phase};
+
+use super::SinkCore;
+
+/// One table's schemas.
+#[derive(Debug, Default)]
+pub(crate) struct Schemas {
+    /// Reconciled with the table: streams may be opened for them (an evolution only adds
+    /// nullable columns, so an earlier schema stays writable).
+    ok: Vec<SchemaId>,
+    /// Refused by the catalog, with its words.
+    refused: Vec<(SchemaId, String)>,
+    /// Seen in admitted batches and not yet answered, in order of first admission.
+    wanted: VecDeque<SchemaId>,
+    /// The request outstanding and when it was (last) made.
+    asked: Option<(SchemaId, Time)>,
+    /// The most recently reconciled schema: what a slot with nothing to send opens with.
+    latest: Option<SchemaId>,
+}
+
+impl Schemas {
+    pub(crate) fn is_ok(&self, schema: SchemaId) -> bool {
+        self.ok.contains(&schema)
+    }
+
+    /// Whether any schema is reconciled (the table may open streams).
+    pub(crate) fn any_ok(&self) -> bool {
+        self.latest.is_some()
+    }
+
+    /// When the outstanding request is due to be asked again.
+    pub(crate) fn ask_again_at(&self, timeout: std::time::Duration) -> Option<Time> {
+        self.asked.map(|(_, at)| at + timeout)
+    }
+}
+
+impl<L: Lane, B: Batch> SinkCore<L, B> {
+    /// Why a batch of `schema` cannot be admitted to a reconciled table, if it cannot.
+    pub(super) fn schema_refusal(&self, table: TableId, schema: SchemaId) -> Option<RejectReason> {
+        let t = self.tables.get(table.index())?;
+        let (_, reason) = t.schemas.refused.iter().find(|(s, _)| *s == schema)?;
+        Some(RejectReason::SchemaRefused {
+            table,
+            schema,
+            reason: reason.clone(),
+        })
+    }
+
+    /// Records an admitted batch's schema: a new one is wanted.
+    pub(super) fn note_schema(&mut self, table: TableId, schema: SchemaId) {
+        let s = &mut self.tables[table.index()].schemas;
+        if !s.is_ok(schema) && !s.wanted.contains(&schema) {
+            s.wanted.push_back(schema);
+        }
+    }
+
+    /// Asks for the next wanted schema of every table with no request outstanding, and asks
+    /// again for one unanswered past `reconcile_timeout`.
+    pub(super) fn ask_reconciles(&mut self, now: Time) {
+        let timeout = self.config.reconcile_timeout;
+        for index in 0..self.tables.len() {
+            let table = TableId(u16::try_from(index).unwrap_or(u16::MAX));
+            let s = &mut self.tables[index].schemas;
+            let due = match s.asked {
+                None => s.wanted.front().copied(),
+                Some((schema, at)) if at + timeout <= now => Some(schema),
+                Some(_) => None,
+            };
+            if let Some(schema) = due {
+                s.asked = Some((schema, now));
+                self.metrics.reconciles_asked += 1;
+                self.outputs.push_back(Output::Reconcile { table, schema });
+            }
+        }
+    }
+
+    /// The driver's answer to an [`Output::Reconcile`]: `Ok` once the table takes batches of
+    /// `schema` (created or evolved, and the sink registered as a writer); `Err` with the
+    /// catalog's words (every refusal, each naming its column) when it refused. A refusal
+    /// hands back the table's queued batches of that schema; they are never sent. An answer
+    /// for a schema the core did not ask about is ignored.
+    pub fn reconciled(
+        &mut self,
+        now: Time,
+        table: TableId,
+        schema: SchemaId,
+        outcome: Result<(), String>,
+    ) -> Handled {
+        let Some(t) = self.tables.get_mut(table.index()) else {
+            return Handled::Ignored(Ignored::Stale);
+        };
+        let s = &mut t.schemas;
+        let Some(at) = s.wanted.iter().position(|w| *w == schema) else {
+            return Handled::Ignored(Ignored::NotAsked);
+        };
+        s.wanted.remove(at);
+        if s.asked.is_some_and(|(a, _)| a == schema) {
+            s.asked = None;
+        }
+        t.last_used = t.last_used.max(now);
+        match outcome {
+            Ok(()) => {
+                s.ok.push(schema);
+                s.latest = Some(schema);
+                self.metrics.reconciles_ok += 1;
+            }
+            Err(reason) => {
+                s.refused.push((schema, reason.clone()));
+                self.metrics.schemas_refused += 1;
+                let failure = FailureReason::SchemaRefused {
+                    table,
+                    schema,
+                    reason,
+                };
+                if let Some(failed) = self.fail_queued_of(table, schema, failure) {
+                    self.outputs.push_back(Output::Failed(failed));
+                }
+            }
+        }
+        Handled::Applied
+    }
+
+    /// Hands back the table's queued batches of `schema` (in order; the others keep theirs).
+    fn fail_queued_of(
+        &mut self,
+        table: TableId,
+        schema: SchemaId,
+        reason: FailureReason,
+    ) -> Option<Failed<L, B>> {
+        let t = self.tables.get_mut(table.index())?;
+        let mut batches = Vec::new();
+        let mut kept = VecDeque::with_capacity(t.queue.len());
+        while let Some(q) = t.queue.pop_front() {
+            if q.schema == schema {
+                t.queued.remove(q.rows, q.bytes);
+                t.failed_unassigned += 1;
+                batches.push(FailedBatch {
+                    offset: None,
+                    batch: q.batch,
+                    token: q.token,
+                    durable_rows: 0,
+                });
+            } else {
+                kept.push_back(q);
+            }
+        }
+        t.queue = kept;
+        (!batches.is_empty()).then_some(Failed {
+            table,
+            slot: None,
+            reason,
+            batches,
+        })
+    }
+
+    /// The schema a new connection of `slot` is opened with: its oldest pending batch's (the
+    /// replay), else the table's latest reconciled one.
+    pub(super) fn open_schema(&self, slot: SlotId) -> crate::ids::SchemaId {
+        let window = &self.slots[slot.index()];
+        let t = &self.tables[window.table().index()];
+        if !t.spec.reconciled {
+            return SchemaId(0);
+        }
+        window
+            .first_schema()
+            .filter(|s| t.schemas.is_ok(*s))
+            .or(t.schemas.latest)
+            .unwrap_or_default()
+    }
+
+    /// READY slots whose next batch has another reconciled schema than their connection's
+    /// drain and reopen for it (the rotation path: wait for acks, half-close, reopen at once).
+    pub(super) fn switch_schemas(&mut self, now: Time) {
+        for index in 0..self.slots.len() {
+            let window = &self.slots[index];
+            let Phase::Ready(live) = window.phase else {
+                continue;
+            };
+            let Some(next) = window.next_unplaced_schema() else {
+                continue;
+            };
+            let t = &self.tables[window.table().index()];
+            if next == window.conn_schema || !t.schemas.is_ok(next) {
+                continue;
+            }
+            self.metrics.schema_switches += 1;
+            let until = now + self.config.retry.drain_budget;
+            self.slots[index].phase = Phase::Draining {
+                live,
+                until,
+                why: Drain::Rotation { half_closed: false },
+            };
+        }
+    }
+}
