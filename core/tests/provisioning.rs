@@ -99,7 +99,7 @@ impl Wire {
 }
 
 #[test]
-fn no_batch_reaches_a_stream_before_its_schema_is_reconciled() {
+fn invariant_12_no_batch_reaches_a_stream_before_its_schema_is_reconciled() {
     let (mut s, table) = provisioned(2);
     s.submit(t(0), table.schema(SchemaId(1)), batch(1, 5), token(1))
         .unwrap();

@@ -1,42 +1,65 @@
-//! The README's first command: starts the Zerobus emulator in-process (a real Arrow Flight server
-//! on loopback, with a write-ahead log), streams synthetic order rows through a pool of streams
-//! with a progress line, and ends with a summary.
+//! The README's first command, the whole product in one process: the sink provisions a Delta
+//! table through the local catalog, streams synthetic order rows to the Zerobus emulator (a real
+//! Arrow Flight server on loopback, with a write-ahead log) with a progress line, drifts the
+//! schema once half way (a new column: the table evolves, the streams reopen), closes, and
+//! reads the table back with delta-rs once the emulator has materialized what it acked.
 //!
 //! ```text
-//! cargo run --release -p zerobus-sink-tokio --example demo -- [--rows 10000000] [--batch-rows 5000]
-//!     [--streams 3] [--ack-latency-ms 20]
+//! cargo run --release -p zerobus-sink-tokio --example demo -- [--rows 10000000]
+//!     [--batch-rows 5000] [--streams 3] [--ack-latency-ms 20] [--materialize-lag-ms 1000]
+//!     [--dir DIR] [--clean]
 //! ```
+//!
+//! It exits non-zero unless every source offset was committed and the rows in the table are
+//! exactly the rows confirmed plus the duplicates it counts (replays are at-least-once).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use std::sync::Mutex;
 
 use zerobus_sink::{Batch, Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
+use zerobus_sink_catalog::TableRef;
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
+use zerobus_sink_tokio::{Confirmer, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink};
 
 const TABLE: &str = "main.demo.orders";
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
+/// The orders' schema; `channel` is the column that appears half way (the drift).
+fn schema(channel: bool) -> SchemaRef {
+    let mut fields = vec![
         Field::new("order_id", DataType::Int64, false),
         Field::new("customer", DataType::Utf8, false),
         Field::new("amount", DataType::Float64, false),
-    ]))
+    ];
+    if channel {
+        fields.push(Field::new("channel", DataType::Utf8, true));
+    }
+    Arc::new(Schema::new(fields))
 }
 
 fn orders(schema: &SchemaRef, start: i64, n: i64) -> RecordBatch {
-    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(start..start + n));
-    let customers: ArrayRef = Arc::new(StringArray::from_iter_values(
-        (start..start + n).map(|i| format!("customer-{:05}", i % 10_007)),
-    ));
-    let amounts: ArrayRef = Arc::new(Float64Array::from_iter_values(
-        (start..start + n).map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
-    ));
-    RecordBatch::try_new(schema.clone(), vec![ids, customers, amounts]).expect("valid batch")
+    let ids = start..start + n;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(ids.clone())),
+        Arc::new(StringArray::from_iter_values(
+            ids.clone().map(|i| format!("customer-{:05}", i % 10_007)),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            ids.clone().map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
+        )),
+    ];
+    if schema.fields().len() > 3 {
+        const CHANNELS: [&str; 3] = ["web", "store", "phone"];
+        columns.push(Arc::new(StringArray::from_iter_values(
+            ids.map(|i| CHANNELS[(i % 3) as usize]),
+        )));
+    }
+    RecordBatch::try_new(schema.clone(), columns).expect("valid batch")
 }
 
 /// The "source": commits, as a Kafka consumer would, only the unbroken durable run the tracker
@@ -61,47 +84,118 @@ impl Confirmer<Raw> for Source {
     }
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|e| panic!("{name} {v}: {e}")))
-        .unwrap_or(default)
+struct Args {
+    rows: i64,
+    batch_rows: i64,
+    streams: u16,
+    latency: Duration,
+    lag: Duration,
+    dir: PathBuf,
+    clean: bool,
+}
+
+impl Args {
+    fn parse() -> Result<Args, String> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let number = |name: &str, default: u64| -> Result<u64, String> {
+            match args.iter().position(|a| a == name) {
+                None => Ok(default),
+                Some(i) => {
+                    let v = args.get(i + 1).ok_or(format!("{name} needs a value"))?;
+                    v.parse().map_err(|e| format!("{name} {v}: {e}"))
+                }
+            }
+        };
+        let dir = match args.iter().position(|a| a == "--dir") {
+            Some(i) => PathBuf::from(args.get(i + 1).ok_or("--dir needs a value")?),
+            None => std::env::temp_dir().join(format!("zerobus-demo-{}", std::process::id())),
+        };
+        Ok(Args {
+            rows: i64::try_from(number("--rows", 10_000_000)?).map_err(|e| e.to_string())?,
+            batch_rows: number("--batch-rows", 5_000)?.clamp(1, 1 << 30) as i64,
+            streams: u16::try_from(number("--streams", 3)?).map_err(|e| e.to_string())?,
+            latency: Duration::from_millis(number("--ack-latency-ms", 20)?),
+            lag: Duration::from_millis(number("--materialize-lag-ms", 1_000)?),
+            dir,
+            clean: args.iter().any(|a| a == "--clean"),
+        })
+    }
+}
+
+/// What the table holds: rows, distinct order ids, and whether they are exactly `0..rows`.
+struct Contents {
+    rows: u64,
+    distinct: u64,
+    complete: bool,
+    version: u64,
+}
+
+async fn read_back(root: &Path, rows: i64) -> Result<Contents, String> {
+    let (batches, version) = delta::read_table(root, TABLE).await?;
+    let mut seen: HashMap<i64, u32> = HashMap::with_capacity(rows.max(0) as usize);
+    let mut total = 0u64;
+    for b in &batches {
+        let ids = b
+            .column_by_name("order_id")
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            .ok_or("the table has no Int64 order_id column")?;
+        total += ids.len() as u64;
+        for id in ids.values() {
+            *seen.entry(*id).or_default() += 1;
+        }
+    }
+    let complete = seen.len() as i64 == rows && seen.keys().all(|id| (0..rows).contains(id));
+    Ok(Contents {
+        rows: total,
+        distinct: seen.len() as u64,
+        complete,
+        version,
+    })
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let rows = arg("--rows", 10_000_000) as i64;
-    let batch_rows = arg("--batch-rows", 5_000).max(1) as i64;
-    let streams = arg("--streams", 3) as u16;
-    let latency = Duration::from_millis(arg("--ack-latency-ms", 20));
-
-    let wal = std::env::temp_dir().join(format!("zerobus-demo-{}", std::process::id()));
-    let emulator = Emulator::start(EmulatorConfig::new(&wal).ack_latency(latency)).await?;
+    let args = Args::parse()?;
+    let (rows, batch_rows, streams) = (args.rows, args.batch_rows, args.streams);
+    let root = args.dir.join("tables");
+    let emulator = Emulator::start(
+        EmulatorConfig::new(args.dir.join("wal"))
+            .delta_root(&root)
+            .ack_latency(args.latency)
+            .materialize_lag(args.lag),
+    )
+    .await?;
     println!(
-        "emulator on {} (ack latency {latency:?}, WAL in {}); {rows} rows in batches of {batch_rows} over {streams} streams",
+        "emulator on {} (ack latency {:?}), tables under {}; {rows} rows in batches of {batch_rows} over {streams} streams",
         emulator.url(),
-        wal.display()
+        args.latency,
+        root.display()
     );
 
-    let schema = schema();
-    let table = TableDef::new(TABLE, schema.clone()).streams(streams);
     let source = Source::default();
-    let mut sink = ZerobusSink::<Raw>::start(
+    let provisioning = Provisioning::new(LocalDelta::new(&root), "demo");
+    let mut sink = ZerobusSink::<Raw>::start_provisioned(
         ZerobusConfig::new(emulator.url()),
-        vec![table],
+        vec![TableDef::new(TABLE, schema(false)).streams(streams)],
         source.clone(),
+        provisioning,
     )?;
     let id = sink.table(TABLE).expect("registered");
 
+    let (before, after) = (schema(false), schema(true));
     let started = Instant::now();
     let mut last_progress = Instant::now();
+    let mut drifted_at = None;
     let mut bytes = 0u64;
     let mut start = 0;
     while start < rows {
         let n = batch_rows.min(rows - start);
-        let batch = orders(&schema, start, n);
+        let drifted = start >= rows / 2;
+        if drifted && drifted_at.is_none() {
+            drifted_at = Some((Instant::now(), sink.report().await.map_or(0, |r| r.rows)));
+            println!("  drift: a `channel` column from offset {start} on");
+        }
+        let batch = orders(if drifted { &after } else { &before }, start, n);
         bytes += Batch::bytes(&batch);
         if let Some(why) = source.fatal.lock().expect("fatal").take() {
             return Err(why.into());
@@ -132,31 +226,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sink.flush().await?;
     let report = sink.close(Duration::from_secs(60)).await;
     let secs = started.elapsed().as_secs_f64();
-    let stats = emulator.stats();
-    println!("summary:");
+    if let Some(why) = source.fatal.lock().expect("fatal").take() {
+        return Err(why.into());
+    }
+    // Shutting down materializes what is left: every acked row into the Delta table.
+    let materializing = Instant::now();
+    let stats = emulator.shutdown().await;
+    let materialized_in = materializing.elapsed().as_secs_f64();
+    let contents = read_back(&root, rows).await?;
+    let duplicates = contents.rows - contents.distinct;
     let committed = source
         .tracker
         .lock()
         .expect("tracker")
         .committed("orders", 0);
+    let location = LocalDelta::new(&root).location(&TableRef::parse(TABLE)?);
+
+    println!("summary:");
     println!(
-        "  rows durable     {} of {rows} ({} handed back); source committed through offset {}",
+        "  rows confirmed   {} of {rows} ({} handed back); source committed through offset {}",
         report.rows,
         report.failed_batches,
         committed.map_or("-".into(), |c| c.to_string())
+    );
+    println!(
+        "  rows in table    {} ({} distinct order ids, {duplicates} duplicates from replays)",
+        contents.rows, contents.distinct
     );
     println!(
         "  throughput       {:.1} MB/s (Arrow bytes), {:.0} rows/s, {secs:.2} s",
         bytes as f64 / 1e6 / secs,
         report.rows as f64 / secs
     );
+    if let Some((at, durable)) = drifted_at {
+        let first = at - started;
+        let second = Duration::from_secs_f64(secs).saturating_sub(first);
+        println!(
+            "  drift            before {:.0} rows/s, after {:.0} rows/s; {} reconciles, {} schema switches",
+            durable as f64 / first.as_secs_f64().max(1e-9),
+            (report.rows - durable) as f64 / second.as_secs_f64().max(1e-9),
+            report.metrics.reconciles_asked,
+            report.metrics.schema_switches
+        );
+    }
     println!(
-        "  coalesce ratio   {:.1} batches per ack (max {})",
+        "  coalesce ratio   {:.1} batches per ack (max {}); max {} batches in flight",
         report.metrics.coalesce.mean().unwrap_or(0.0),
-        report.metrics.coalesce.max().unwrap_or(0)
-    );
-    println!(
-        "  pending depth    max {} batches in flight",
+        report.metrics.coalesce.max().unwrap_or(0),
         report.metrics.max_pending
     );
     println!(
@@ -166,15 +282,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.metrics.connections_failed
     );
     println!(
-        "  emulator         {} messages, {} rows logged, {} acks, codecs {:?}",
-        stats.messages, stats.rows, stats.acks, stats.codecs
+        "  emulator         {} messages, {} rows logged, {} acks; materialized {} rows in {} commits (last {materialized_in:.2} s after close)",
+        stats.messages, stats.rows, stats.acks, stats.materialized_rows, stats.materialized_commits
     );
-    emulator.shutdown().await;
-    let _ = std::fs::remove_dir_all(&wal);
-    if report.rows != rows as u64 || committed != Some(rows - 1) {
+    println!(
+        "  table            {} (Delta version {})",
+        location.display(),
+        contents.version
+    );
+    println!(
+        "  open it          python3 -c \"import deltalake; print(deltalake.DeltaTable('{}').to_pyarrow_table().num_rows)\"",
+        location.display()
+    );
+    let ok = report.rows == rows as u64
+        && committed == Some(rows - 1)
+        && contents.complete
+        && contents.rows == report.rows + duplicates;
+    if args.clean {
+        let _ = std::fs::remove_dir_all(&args.dir);
+    }
+    if !ok {
         return Err(format!(
-            "only {} of {rows} rows were confirmed (committed {committed:?})",
-            report.rows
+            "{} of {rows} rows confirmed (committed {committed:?}); the table holds {} rows, {} distinct, complete: {}",
+            report.rows, contents.rows, contents.distinct, contents.complete
         )
         .into());
     }

@@ -24,6 +24,8 @@ use arrow_schema::{Schema, SchemaRef};
 use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
+use deltalake::parquet::basic::Compression;
+use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use tonic::Status;
 use zerobus_sink_catalog::local::LocalDelta;
@@ -190,6 +192,7 @@ async fn materialize_table(
     let version = i64::try_from(next.at).map_err(|e| e.to_string())?;
     let mut writer = RecordBatchWriter::for_table(&delta)
         .map_err(|e| e.to_string())?
+        .with_writer_properties(writer_properties())
         .with_commit_properties(
             CommitProperties::default()
                 .with_application_transaction(Transaction::new(APP_ID, version)),
@@ -238,6 +241,16 @@ pub async fn read_table(root: &Path, table: &str) -> Result<(Vec<RecordBatch>, u
         }
     }
     Ok((out, version))
+}
+
+/// Snappy, as delta-rs writes by default, without dictionary encoding: interning every value
+/// was most of the materializer's CPU (a third of the demo's), and the emulator shares its
+/// machine with the sink it serves. Any Parquet reader reads these files.
+fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false)
+        .build()
 }
 
 async fn open(location: &Path) -> Result<DeltaTable, String> {

@@ -17,6 +17,7 @@
 
 pub mod delta;
 mod frame;
+mod materializer;
 mod service;
 mod socket;
 pub mod wal;
@@ -33,6 +34,8 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use materializer::Materializer;
 
 pub use tonic::Code;
 
@@ -319,8 +322,8 @@ pub struct Emulator {
     shared: Arc<Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
-    /// The materializer and its stop signal (with a Delta root).
-    materializer: Option<(Arc<tokio::sync::Notify>, JoinHandle<()>)>,
+    /// The materializer (with a Delta root).
+    materializer: Option<Materializer>,
 }
 
 impl Emulator {
@@ -362,11 +365,10 @@ impl Emulator {
         let service = FlightServiceServer::new(service::Service::new(shared.clone()))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
-        let materializer = shared.config.delta_root.clone().map(|root| {
-            let stop = Arc::new(tokio::sync::Notify::new());
-            let task = tokio::spawn(materializer(shared.clone(), root, stop.clone()));
-            (stop, task)
-        });
+        let materializer = match shared.config.delta_root.clone() {
+            Some(root) => Some(Materializer::start(shared.clone(), root)?),
+            None => None,
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = builder
@@ -493,9 +495,8 @@ impl Emulator {
     /// acked is in the write-ahead logs; a new emulator bound to the same address and
     /// directories serves it again. Returns once the address is free.
     pub async fn kill(mut self) {
-        if let Some((_, task)) = self.materializer.take() {
-            task.abort();
-            let _ = task.await;
+        if let Some(materializer) = self.materializer.take() {
+            materializer.abort().await;
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -517,18 +518,19 @@ impl Emulator {
     }
 
     /// Stops accepting calls, waits for the server task to end, then materializes what is
-    /// logged (a graceful stop leaves every logged row in its Delta table).
-    pub async fn shutdown(mut self) {
+    /// logged (a graceful stop leaves every logged row in its Delta table). Returns the final
+    /// counters, materialization included.
+    pub async fn shutdown(mut self) -> Stats {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        if let Some((stop, task)) = self.materializer.take() {
-            stop.notify_one();
-            let _ = task.await;
+        if let Some(materializer) = self.materializer.take() {
+            materializer.stop().await;
         }
+        self.stats()
     }
 }
 
@@ -562,25 +564,6 @@ impl Drop for Emulator {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
-        }
-        if let Some((_, task)) = self.materializer.take() {
-            task.abort();
-        }
-    }
-}
-
-/// Materializes every `lag` until stopped, then once more.
-async fn materializer(shared: Arc<Shared>, root: PathBuf, stop: Arc<tokio::sync::Notify>) {
-    let lag = shared.config.materialize_lag.max(Duration::from_millis(1));
-    let mut progress = BTreeMap::new();
-    loop {
-        let stopped = tokio::select! {
-            () = tokio::time::sleep(lag) => false,
-            () = stop.notified() => true,
-        };
-        delta::materialize(&shared, &root, &mut progress).await;
-        if stopped {
-            return;
         }
     }
 }
