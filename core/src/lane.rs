@@ -7,8 +7,9 @@
 //! and of every token, and the compiler rejects bleeding across lanes.
 //!
 //! The misuses below do not compile. Each example states the error it must fail with; the
-//! error codes are checked by `cargo +nightly test --doc` (stable rustdoc only checks that they
-//! fail), and every one has a compiling twin in the tests.
+//! error codes are checked by rustdoc in its nightly mode, e.g.
+//! `RUSTDOC=scripts/rustdoc-error-codes cargo test --workspace --doc` as CI runs it (stable
+//! rustdoc only checks that they fail), and every one has a compiling twin in the tests.
 //!
 //! A derived token cannot be submitted to a raw sink (mismatched types):
 //!
