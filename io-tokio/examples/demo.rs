@@ -97,6 +97,29 @@ struct Args {
 impl Args {
     fn parse() -> Result<Args, String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
+        const VALUED: [&str; 6] = [
+            "--rows",
+            "--batch-rows",
+            "--streams",
+            "--ack-latency-ms",
+            "--materialize-lag-ms",
+            "--dir",
+        ];
+        let mut rest = args.iter();
+        while let Some(a) = rest.next() {
+            match a.as_str() {
+                a if VALUED.contains(&a) => {
+                    rest.next();
+                }
+                "--clean" => {}
+                other => {
+                    return Err(format!(
+                        "unknown argument {other:?}; flags: {} N, --dir DIR, --clean",
+                        VALUED[..5].join(" N, ")
+                    ));
+                }
+            }
+        }
         let number = |name: &str, default: u64| -> Result<u64, String> {
             match args.iter().position(|a| a == name) {
                 None => Ok(default),
