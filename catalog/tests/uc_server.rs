@@ -1,6 +1,9 @@
 //! Against the real open-source Unity Catalog server (`uc-server`, crate olai-uc-server 0.0.11;
-//! UNITY_CATALOG.md): describe parsing, an EXTERNAL Delta table round trip, temporary
-//! credentials. The server is never built by this project (it is ~300 crates, ~17 minutes on 2
+//! UNITY_CATALOG.md), set up through its own REST API (catalogs, schemas, a storage credential,
+//! an external location, external Delta tables): describe parsing (comments, properties,
+//! decimals, arrays, VARIANT), a missing table versus a missing schema or catalog (the server
+//! answers all three with the same generic `RESOURCE_NOT_FOUND`), a wrong base URL, temporary
+//! credentials for reading and writing, and the absent SQL endpoint. The server is never built by this project (it is ~300 crates, ~17 minutes on 2
 //! cores), so the test is `#[ignore]`d with its reason: `cargo test` counts it as ignored, never
 //! as passed. To run it, build the server once outside the workspace and name it:
 //!
@@ -51,51 +54,82 @@ async fn post(http: &reqwest::Client, base: &str, path: &str, body: Value) -> Va
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
+/// A running `uc-server` on a free loopback port with its data under a temporary directory.
+struct Uc {
+    _server: Server,
+    _data: tempfile::TempDir,
+    root: std::path::PathBuf,
+    origin: String,
+    http: reqwest::Client,
+}
+
+impl Uc {
+    async fn start() -> Uc {
+        let bin = std::env::var("UC_SERVER_BIN")
+            .expect("UC_SERVER_BIN must name the uc-server binary (see the file's docs)");
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("managed")).unwrap();
+        std::fs::create_dir_all(root.join("ext")).unwrap();
+        let port = free_port();
+        let config = root.join("uc.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "host: 127.0.0.1\nport: {port}\nui: {{ serve: false }}\nbackend: {{ engine: sqlite, path: \":memory:\" }}\nlocal_storage:\n  allowed-roots: [\"{r}\"]\nmanaged_storage_root: \"file://{r}/managed\"\n",
+                r = root.display()
+            ),
+        )
+        .unwrap();
+        let _server = Server(
+            Command::new(&bin)
+                .args(["serve", "-c"])
+                .arg(&config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let origin = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        // Wait for the server's own health endpoint (bounded).
+        let mut healthy = false;
+        for _ in 0..300 {
+            if http
+                .get(format!("{origin}/health"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                healthy = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(healthy, "uc-server did not become healthy");
+        Uc {
+            _server,
+            _data: data,
+            root,
+            origin,
+            http,
+        }
+    }
+
+    fn base(&self) -> String {
+        format!("{}/api/2.1/unity-catalog", self.origin)
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the real Unity Catalog server: set UC_SERVER_BIN and run with --ignored (see the file's docs)"]
 async fn describe_and_credentials_against_the_real_uc_server() {
-    let bin = std::env::var("UC_SERVER_BIN")
-        .expect("UC_SERVER_BIN must name the uc-server binary (see the file's docs)");
-    let data = tempfile::tempdir().unwrap();
-    let root = data.path().canonicalize().unwrap();
-    std::fs::create_dir_all(root.join("managed")).unwrap();
-    std::fs::create_dir_all(root.join("ext")).unwrap();
-    let port = free_port();
-    let config = root.join("uc.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "host: 127.0.0.1\nport: {port}\nui: {{ serve: false }}\nbackend: {{ engine: sqlite, path: \":memory:\" }}\nlocal_storage:\n  allowed-roots: [\"{r}\"]\nmanaged_storage_root: \"file://{r}/managed\"\n",
-            r = root.display()
-        ),
-    )
-    .unwrap();
-    let _server = Server(
-        Command::new(&bin)
-            .args(["serve", "-c"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let uc_server = Uc::start().await;
+    let (root, origin, http) = (
+        uc_server.root.clone(),
+        uc_server.origin.clone(),
+        uc_server.http.clone(),
     );
-    let origin = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    // Wait for the server's own health endpoint (bounded).
-    let mut healthy = false;
-    for _ in 0..300 {
-        if http
-            .get(format!("{origin}/health"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            healthy = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(healthy, "uc-server did not become healthy");
     let base = format!("{origin}/api/2.1/unity-catalog");
     post(
         &http,
@@ -197,4 +231,82 @@ async fn describe_and_credentials_against_the_real_uc_server() {
         ),
         "{err}"
     );
+}
+
+/// What the real server answers where our stub could share our misunderstandings: a table in a
+/// schema or a catalog that does not exist, a base URL that is wrong, a VARIANT column, and
+/// credentials for writing. Only a missing *table* is `Ok(None)`; everything else is an error
+/// that names what failed.
+#[tokio::test]
+#[ignore = "needs the real Unity Catalog server: set UC_SERVER_BIN and run with --ignored (see the file's docs)"]
+async fn absent_versus_misconfigured_variant_columns_and_write_credentials_against_the_real_uc_server()
+ {
+    let uc_server = Uc::start().await;
+    let (http, base, root) = (&uc_server.http, uc_server.base(), &uc_server.root);
+    post(http, &base, "/catalogs", json!({"name": "cat1"})).await;
+    post(
+        http,
+        &base,
+        "/schemas",
+        json!({"name": "sch1", "catalog_name": "cat1"}),
+    )
+    .await;
+    post(http, &base, "/credentials", json!({"name": "cred1", "purpose": "STORAGE", "aws_iam_role": {"role_arn": "arn:aws:iam::123456789012:role/test"}})).await;
+    post(http, &base, "/external-locations", json!({"name": "loc1", "url": format!("file://{}/ext", root.display()), "credential_name": "cred1"})).await;
+    post(http, &base, "/tables", json!({
+        "name": "semi", "catalog_name": "cat1", "schema_name": "sch1", "table_type": "EXTERNAL", "data_source_format": "DELTA",
+        "storage_location": format!("file://{}/ext/semi", root.display()),
+        "columns": [
+            {"name": "id", "type_name": "LONG", "type_text": "bigint", "position": 0, "nullable": false},
+            {"name": "payload", "type_name": "VARIANT", "type_text": "variant", "position": 1, "nullable": true}
+        ]
+    })).await;
+    let uc = UnityCatalog::new(UnityConfig::new(
+        &uc_server.origin,
+        "no-warehouse",
+        Auth::Anonymous,
+    ))
+    .unwrap();
+
+    // A missing table is absent; a missing schema or catalog is not.
+    let absent = uc
+        .describe(&TableRef::parse("cat1.sch1.nothing").unwrap())
+        .await;
+    println!("missing table: {absent:?}");
+    assert!(matches!(absent, Ok(None)), "{absent:?}");
+    for missing in ["cat1.nosuch.t", "nocat.sch1.t"] {
+        let r = uc.describe(&TableRef::parse(missing).unwrap()).await;
+        println!("{missing}: {r:?}");
+        let err = r.expect_err("a missing schema or catalog is an error, not an absent table");
+        let text = err.to_string();
+        assert!(text.contains(missing), "the error names the table: {text}");
+    }
+    // A wrong base URL: nothing answers the path; the error says so and names it.
+    let wrong = UnityCatalog::new(UnityConfig::new(
+        format!("{}/not-unity", uc_server.origin),
+        "no-warehouse",
+        Auth::Anonymous,
+    ))
+    .unwrap();
+    let err = wrong
+        .describe(&TableRef::parse("cat1.sch1.semi").unwrap())
+        .await
+        .expect_err("a wrong base URL is an error");
+    println!("wrong base URL: {err}");
+    assert!(err.to_string().contains("not-unity"), "{err}");
+
+    // A VARIANT column is described (not a failure of the whole call), and credentials do not
+    // depend on it.
+    let semi = TableRef::parse("cat1.sch1.semi").unwrap();
+    let live = uc.describe(&semi).await.unwrap().expect("the table exists");
+    assert_eq!(
+        live.column("payload").map(|c| &c.data_type),
+        Some(&DeltaType::Variant)
+    );
+    for access in [Access::Read, Access::ReadWrite] {
+        let creds = uc.vend_credentials(&semi, access).await;
+        println!("{access:?} credentials: {creds:?}");
+        let creds = creds.unwrap();
+        assert!(creds.url.ends_with("/ext/semi"), "{}", creds.url);
+    }
 }

@@ -111,6 +111,43 @@ async fn only_a_table_that_does_not_exist_is_absent() {
     );
 }
 
+/// The open-source server answers a missing table, schema and catalog alike with the generic
+/// `RESOURCE_NOT_FOUND` (checked against `uc-server` 0.0.11 in `uc_server.rs`): describe then
+/// asks for the schema and the catalog, and only a missing table is absent.
+#[tokio::test]
+async fn a_generic_not_found_is_absent_only_when_the_schema_and_catalog_exist() {
+    let stub = UcStub::start().await;
+    let uc = catalog_at(stub.url(), oauth());
+    stub.missing_parent("main.gone", "RESOURCE_NOT_FOUND");
+    stub.missing_parent("nocat", "RESOURCE_NOT_FOUND");
+    let err = uc
+        .describe(&TableRef::parse("main.gone.t").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::Http { status: 404, code: Some(c), message, .. }
+            if c == "RESOURCE_NOT_FOUND" && message == "schema main.gone does not exist"),
+        "{err}"
+    );
+    let err = uc
+        .describe(&TableRef::parse("nocat.s.t").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("nocat.s.t")
+            && err.to_string().contains("catalog nocat does not exist"),
+        "{err}"
+    );
+    // The same generic answer for a table whose schema and catalog exist: absent.
+    stub.missing_parent("main.here.t", "RESOURCE_NOT_FOUND");
+    assert_eq!(
+        uc.describe(&TableRef::parse("main.here.t").unwrap())
+            .await
+            .unwrap(),
+        None
+    );
+}
+
 #[tokio::test]
 async fn a_connection_error_names_the_url() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -106,6 +106,11 @@ impl UcStub {
         let app = Router::new()
             .route("/oidc/v1/token", post(token))
             .route("/api/2.1/unity-catalog/tables/{full_name}", get(get_table))
+            .route(
+                "/api/2.1/unity-catalog/schemas/{full_name}",
+                get(get_parent),
+            )
+            .route("/api/2.1/unity-catalog/catalogs/{name}", get(get_parent))
             .route("/api/2.0/sql/statements", post(submit))
             .route("/api/2.0/sql/statements/{id}", get(poll))
             .route("/api/2.0/sql/statements/{id}/cancel", post(cancel))
@@ -165,7 +170,9 @@ impl UcStub {
     }
 
     /// Tables under `prefix` (`catalog` or `catalog.schema`) answer 404 with `code` (e.g.
-    /// `SCHEMA_DOES_NOT_EXIST`): their parent does not exist.
+    /// `SCHEMA_DOES_NOT_EXIST`): their parent does not exist; so do the schemas and catalogs
+    /// it names or contains. A full table name as the prefix makes that table answer `code`
+    /// (e.g. the open-source server's generic `RESOURCE_NOT_FOUND`).
     pub fn missing_parent(&self, prefix: &str, code: &str) {
         self.lock()
             .missing_parents
@@ -308,6 +315,37 @@ async fn token(State(stub): State<UcStub>, headers: HeaderMap, body: String) -> 
     axum::Json(json!({ "access_token": token, "token_type": "Bearer", "expires_in": 3600, "scope": "all-apis" })).into_response()
 }
 
+/// A schema or a catalog: absent (with the code `missing_parent` gave it) when it is, or has,
+/// a missing parent; present otherwise.
+async fn get_parent(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    Path(full_name): Path<String>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    match missing(&stub, &full_name) {
+        Some(code) => error(
+            StatusCode::NOT_FOUND,
+            &code,
+            &format!("{full_name} does not exist"),
+        ),
+        None => axum::Json(json!({ "name": full_name })).into_response(),
+    }
+}
+
+/// The code `missing_parent` gave `full_name` (a table, schema or catalog), if it or a parent
+/// of it is missing.
+fn missing(stub: &UcStub, full_name: &str) -> Option<String> {
+    let dotted = format!("{full_name}.");
+    stub.lock()
+        .missing_parents
+        .iter()
+        .find(|(prefix, _)| dotted.starts_with(prefix.as_str()))
+        .map(|(_, code)| code.clone())
+}
+
 async fn get_table(
     State(stub): State<UcStub>,
     headers: HeaderMap,
@@ -316,18 +354,14 @@ async fn get_table(
     if let Some(r) = guard(&stub, &headers) {
         return r;
     }
-    let inner = stub.lock();
-    if let Some((_, code)) = inner
-        .missing_parents
-        .iter()
-        .find(|(prefix, _)| full_name.starts_with(prefix.as_str()))
-    {
+    if let Some(code) = missing(&stub, &full_name) {
         return error(
             StatusCode::NOT_FOUND,
-            code,
+            &code,
             &format!("the parent of {full_name} does not exist"),
         );
     }
+    let inner = stub.lock();
     let Some(t) = inner.tables.get(&full_name) else {
         return error(
             StatusCode::NOT_FOUND,

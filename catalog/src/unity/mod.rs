@@ -6,10 +6,11 @@
 //! service's `error_code`. A refused token is dropped and the call retried once with a fresh
 //! one. Secrets never appear in errors, logs or `Debug` output.
 //!
-//! A `404` means "absent" only when it says so: `TABLE_DOES_NOT_EXIST` (or the open-source
-//! server's `RESOURCE_NOT_FOUND` / `RESOURCE_DOES_NOT_EXIST` for a table). A missing schema or
-//! catalog is an error naming its code; a `404` with an empty or non-JSON body is a wrong URL,
-//! named as such.
+//! A `404` means "absent" only when it says so: `TABLE_DOES_NOT_EXIST`. The open-source server
+//! answers a missing table, schema or catalog with the same generic `RESOURCE_NOT_FOUND`, so
+//! then describe asks for the schema and the catalog too, and only a missing table is absent.
+//! A missing schema or catalog is an error naming it and its code; a `404` with an empty or
+//! non-JSON body is a wrong URL, named as such.
 //!
 //! Reconciling is idempotent under concurrent callers and retried requests: `CREATE TABLE IF
 //! NOT EXISTS`, and a statement that fails because its change is already there (another sink
@@ -168,7 +169,7 @@ impl UnityCatalog {
                         self.tokens.invalidate().await;
                         continue;
                     }
-                    Err(http_error(operation, target, status, &value, &method, path))
+                    Err(http_error(operation, target, status, &value, &method, &url))
                 }
             };
             match outcome {
@@ -280,13 +281,20 @@ fn summary(statement: &str) -> String {
         .join(" ")
 }
 
-/// The error codes that mean "this table does not exist" (Databricks, and the open-source
-/// server for a missing resource). Anything else in a 404 is an error.
+/// The error codes that mean "this table does not exist" (Databricks), or "something in this
+/// path does not exist" (the open-source server's generic codes, [`GENERIC_ABSENT`]). Anything
+/// else in a 404 is an error.
 const ABSENT: [&str; 3] = [
     "TABLE_DOES_NOT_EXIST",
     "RESOURCE_DOES_NOT_EXIST",
     "RESOURCE_NOT_FOUND",
 ];
+
+/// The codes that do not say *what* is missing: the open-source server answers a missing
+/// table, a missing schema and a missing catalog alike with one of these (checked against
+/// `uc-server` 0.0.11), so describe asks for the table's schema and catalog before it calls
+/// the table absent.
+const GENERIC_ABSENT: [&str; 2] = ["RESOURCE_DOES_NOT_EXIST", "RESOURCE_NOT_FOUND"];
 
 /// Whether a 404's body says the table is absent.
 fn absent(body: &Value) -> bool {
@@ -302,7 +310,7 @@ fn http_error(
     status: StatusCode,
     body: &Value,
     method: &Method,
-    path: &str,
+    url: &str,
 ) -> CatalogError {
     let parsed: Option<ServiceError> =
         serde_json::from_value(body.clone())
@@ -319,7 +327,7 @@ fn http_error(
             status: 404,
             code: None,
             message: format!(
-                "nothing answers {method} {path} (a 404 without an error code: is the workspace URL right?)"
+                "nothing answers {method} {url} (a 404 without an error code: is the workspace URL right?)"
             ),
             retryable: false,
         };
@@ -390,6 +398,59 @@ fn known_column_type(c: &models::ColumnInfo) -> Result<DeltaType, String> {
     }
 }
 
+impl UnityCatalog {
+    /// After a `404` for `table`: `Ok(None)` when only the table is missing; an error naming
+    /// the missing schema or catalog when the answer did not say which (the open-source
+    /// server's generic codes). Databricks' `TABLE_DOES_NOT_EXIST` needs no further call.
+    async fn absent_or_missing_parent(
+        &self,
+        table: &TableRef,
+        body: &Value,
+    ) -> Result<Option<LiveTable>, CatalogError> {
+        let code = serde_json::from_value::<ServiceError>(body.clone())
+            .ok()
+            .and_then(|e| e.error_code);
+        if !code.as_deref().is_some_and(|c| GENERIC_ABSENT.contains(&c)) {
+            return Ok(None);
+        }
+        let target = table.full_name();
+        let schema = format!("{}.{}", table.catalog(), table.schema());
+        let parents = [
+            (
+                "schema",
+                schema.clone(),
+                format!("/api/2.1/unity-catalog/schemas/{schema}"),
+            ),
+            (
+                "catalog",
+                table.catalog().to_owned(),
+                format!("/api/2.1/unity-catalog/catalogs/{}", table.catalog()),
+            ),
+        ];
+        let mut missing = None;
+        for (kind, name, path) in parents {
+            let (status, _) = self
+                .call("describe", &target, Method::GET, &path, None)
+                .await?;
+            if status != StatusCode::NOT_FOUND {
+                break;
+            }
+            missing = Some((kind, name));
+        }
+        match missing {
+            None => Ok(None),
+            Some((kind, name)) => Err(CatalogError::Http {
+                operation: "describe",
+                target,
+                status: 404,
+                code,
+                message: format!("{kind} {name} does not exist"),
+                retryable: false,
+            }),
+        }
+    }
+}
+
 impl TableCatalog for UnityCatalog {
     async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
         let target = table.full_name();
@@ -398,7 +459,7 @@ impl TableCatalog for UnityCatalog {
             .call("describe", &target, Method::GET, &path, None)
             .await?;
         if status == StatusCode::NOT_FOUND {
-            return Ok(None);
+            return self.absent_or_missing_parent(table, &value).await;
         }
         let info: TableInfo = decode("describe", &target, value)?;
         let mut columns = info.columns;
