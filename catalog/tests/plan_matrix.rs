@@ -479,19 +479,20 @@ fn bad_columns_are_named_errors() {
     assert!(e.contains("column ts") && e.contains("microseconds"), "{e}");
 }
 
+/// Columns of every type that a widening can change (Iceberg follows some of them).
+fn narrow_fields() -> Vec<Field> {
+    vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("amount", DataType::Int32, true),
+        Field::new("ratio", DataType::Float32, true),
+        Field::new("price", DataType::Decimal128(10, 2), true),
+        Field::new("day", DataType::Date32, true),
+    ]
+}
+
 #[test]
 fn on_an_iceberg_readable_table_only_widenings_iceberg_can_follow_are_planned() {
-    let live = created(&desired(
-        vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("amount", DataType::Int32, true),
-            Field::new("ratio", DataType::Float32, true),
-            Field::new("price", DataType::Decimal128(10, 2), true),
-            Field::new("day", DataType::Date32, true),
-        ],
-        None,
-        Role::PrimaryRaw,
-    ));
+    let live = created(&desired(narrow_fields(), None, Role::PrimaryRaw));
     assert_eq!(live.properties["delta.enableIcebergCompatV2"], "true");
     let widen = Policy {
         allow_widening: true,
@@ -548,17 +549,7 @@ fn on_an_iceberg_readable_table_only_widenings_iceberg_can_follow_are_planned() 
         .collect();
     assert_eq!(columns, ["amount", "price", "day"], "{refused}");
     // The same widenings on a table without Iceberg reads are planned.
-    let plain = created(&desired(
-        vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("amount", DataType::Int32, true),
-            Field::new("ratio", DataType::Float32, true),
-            Field::new("price", DataType::Decimal128(10, 2), true),
-            Field::new("day", DataType::Date32, true),
-        ],
-        None,
-        Role::Standard,
-    ));
+    let plain = created(&desired(narrow_fields(), None, Role::Standard));
     let d = DesiredTable {
         role: Role::Standard,
         ..wanted(

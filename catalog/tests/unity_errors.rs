@@ -51,6 +51,16 @@ fn fields() -> Vec<Field> {
     ]
 }
 
+/// The stub with [`TABLE`] created through the backend.
+async fn with_table() -> (UcStub, UnityCatalog, TableRef) {
+    let stub = UcStub::start().await;
+    let uc = catalog_at(stub.url(), oauth());
+    uc.reconcile(&desired(TABLE, fields()), &Policy::default())
+        .await
+        .unwrap();
+    (stub, uc, TableRef::parse(TABLE).unwrap())
+}
+
 #[tokio::test]
 async fn only_a_table_that_does_not_exist_is_absent() {
     let stub = UcStub::start().await;
@@ -216,12 +226,7 @@ async fn unknown_and_variant_columns_are_described_and_never_block_credentials()
 
 #[tokio::test]
 async fn r2_credentials_are_modelled_and_an_unknown_provider_is_named() {
-    let stub = UcStub::start().await;
-    let uc = catalog_at(stub.url(), oauth());
-    uc.reconcile(&desired(TABLE, fields()), &Policy::default())
-        .await
-        .unwrap();
-    let table = TableRef::parse(TABLE).unwrap();
+    let (stub, uc, table) = with_table().await;
     stub.answer_credentials_with(json!({"r2_temp_credentials": {
         "access_key_id": "R2KEY", "secret_access_key": "r2-secret", "session_token": "r2-session"
     }}));
@@ -277,12 +282,7 @@ async fn two_reconciles_racing_and_a_retried_statement_leave_the_table_as_wanted
 
 #[tokio::test]
 async fn the_protocol_is_read_from_the_table_properties() {
-    let stub = UcStub::start().await;
-    let uc = catalog_at(stub.url(), oauth());
-    uc.reconcile(&desired(TABLE, fields()), &Policy::default())
-        .await
-        .unwrap();
-    let table = TableRef::parse(TABLE).unwrap();
+    let (stub, uc, table) = with_table().await;
     assert_eq!(uc.describe(&table).await.unwrap().unwrap().protocol, None);
     stub.set_properties(
         TABLE,

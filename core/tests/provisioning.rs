@@ -31,6 +31,19 @@ fn provisioned(slots: u16) -> (Sink, TableId) {
 }
 
 /// A batch of `rows` rows of schema `schema` (each row holds the schema's number).
+/// A provisioned table with `slots` streams serving schema 1: one batch (token 1) submitted,
+/// its schema reconciled, everything the core asked for performed.
+fn serving_schema_1(slots: u16) -> (Sink, TableId, Wire) {
+    let (mut s, table) = provisioned(slots);
+    let mut wire = Wire::default();
+    s.submit(t(0), table.schema(SchemaId(1)), batch(1, 5), token(1))
+        .unwrap();
+    wire.drain(&mut s, t(0));
+    s.reconciled(t(0), table, SchemaId(1), Ok(()));
+    wire.drain(&mut s, t(0));
+    (s, table, wire)
+}
+
 fn batch(schema: u32, rows: usize) -> Vec<u8> {
     vec![u8::try_from(schema).unwrap(); rows]
 }
@@ -129,13 +142,7 @@ fn invariant_12_no_batch_reaches_a_stream_before_its_schema_is_reconciled() {
 
 #[test]
 fn a_drift_costs_one_reconcile_and_one_reopen_per_slot_and_earlier_batches_confirm_in_order() {
-    let (mut s, table) = provisioned(2);
-    let mut wire = Wire::default();
-    s.submit(t(0), table.schema(SchemaId(1)), batch(1, 5), token(1))
-        .unwrap();
-    wire.drain(&mut s, t(0));
-    s.reconciled(t(0), table, SchemaId(1), Ok(()));
-    wire.drain(&mut s, t(0));
+    let (mut s, table, mut wire) = serving_schema_1(2);
     // Two more of the old schema, on the wire and not yet acked; then the drift.
     for n in 2..4 {
         s.submit(t(1), table.schema(SchemaId(1)), batch(1, 5), token(n))
@@ -193,13 +200,7 @@ fn a_drift_costs_one_reconcile_and_one_reopen_per_slot_and_earlier_batches_confi
 
 #[test]
 fn a_refused_drift_hands_its_batches_back_and_the_table_keeps_serving_the_old_schema() {
-    let (mut s, table) = provisioned(1);
-    let mut wire = Wire::default();
-    s.submit(t(0), table.schema(SchemaId(1)), batch(1, 5), token(1))
-        .unwrap();
-    wire.drain(&mut s, t(0));
-    s.reconciled(t(0), table, SchemaId(1), Ok(()));
-    wire.drain(&mut s, t(0));
+    let (mut s, table, mut wire) = serving_schema_1(1);
     s.submit(t(1), table.schema(SchemaId(2)), batch(2, 5), token(2))
         .unwrap();
     s.submit(t(1), table.schema(SchemaId(1)), batch(1, 5), token(3))
