@@ -10,6 +10,9 @@ use crate::error::ConfigError;
 /// Memory held by the sink is bounded by configuration, never by input (invariant 8): a slot
 /// holds at most these limits, and a table's queue of batches not yet given to a slot at most
 /// its slot count times them, so the sink at most twice `sum over tables of slots x` these.
+/// The one exception is a single batch larger than the limits: an empty window (or queue)
+/// takes it alone, so it waits for room instead of being refused, and the window then holds
+/// that one batch until it is durable (the caller held it in memory already).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowLimits {
     /// Batches in flight per slot. The official client's default is 1,000.

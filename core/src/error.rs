@@ -78,16 +78,6 @@ pub enum RejectReason {
         /// Its configured limit.
         limit: u64,
     },
-    /// The batch alone exceeds a window bound, so it could never be admitted: split it.
-    #[error("batch of {value} {bound} exceeds the per-slot window limit of {limit} {bound}")]
-    TooLarge {
-        /// The bound it exceeds.
-        bound: Bound,
-        /// The batch's own size in that unit.
-        value: u64,
-        /// The configured limit.
-        limit: u64,
-    },
     /// The batch has no rows; the service rejects empty batches (PROTOCOL.md A.2).
     #[error("batch has no rows")]
     Empty,

@@ -37,15 +37,6 @@
 //!                 source.push_front((r.batch, r.token));
 //!                 break;
 //!             }
-//!             // Larger than a whole window: split it. The token stays with the second half
-//!             // (it names its last record); the first half gets its own.
-//!             Err(r) if matches!(r.reason, RejectReason::TooLarge { .. }) => {
-//!                 let half = r.batch.len() / 2;
-//!                 let (first, second) = (r.batch[..half].to_vec(), r.batch[half..].to_vec());
-//!                 let p = r.token.position().clone();
-//!                 source.push_front((second, r.token));
-//!                 source.push_front((first, Token::raw(p.topic, p.partition, p.offset - half as i64)));
-//!             }
 //!             // Closed, failed table, unknown table, empty batch, wrong routing: retrying
 //!             // cannot help; stop the pipeline with the batch's position named.
 //!             Err(r) => return Err(format!("{:?}: {}", r.token.position(), r.reason).into()),

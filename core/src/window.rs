@@ -129,7 +129,9 @@ impl InFlight {
     }
 
     /// Which bound, if any, one more batch of `rows`/`bytes` would exceed, with `scale` times
-    /// the per-slot limits.
+    /// the per-slot limits. An empty window takes any one batch, even one larger than the
+    /// limits alone (it then holds that batch and nothing else): a batch is never refused for
+    /// its size, and the wire splits it into messages (PROTOCOL.md A.2).
     pub(crate) fn exceeded(
         &self,
         limits: &WindowLimits,
@@ -137,6 +139,9 @@ impl InFlight {
         rows: u64,
         bytes: u64,
     ) -> Option<(Bound, u64)> {
+        if self.batches == 0 {
+            return None;
+        }
         let max_batches = u64::from(limits.max_batches).saturating_mul(scale);
         let max_bytes = limits.max_bytes.saturating_mul(scale);
         let max_rows = limits.max_rows.saturating_mul(scale);

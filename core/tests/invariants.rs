@@ -301,20 +301,68 @@ fn invariant_8_memory_is_bounded_by_configuration() {
             limit: 25
         })
     );
+    // A batch larger than the whole window waits like any other while the queue holds some.
     let too_big = s.submit(t(0), table, vec![0u8; 26], token(0)).unwrap_err();
     assert_eq!(
         too_big.reason,
-        RejectReason::TooLarge {
+        RejectReason::Full {
             bound: Bound::Rows,
-            value: 26,
             limit: 25
         }
     );
-    assert_eq!(s.metrics().backpressured, 98);
+    assert_eq!(s.metrics().backpressured, 99);
     // Once the slot takes the two, the slot window and the queue each stay in bounds.
     drain(&mut s, t(0));
     let held = s.in_flight(SlotId::from_index(0)).unwrap();
     assert_eq!((held.batches, held.rows), (2, 20));
+}
+
+#[test]
+fn invariant_8_a_batch_larger_than_a_window_waits_for_an_empty_one_and_goes_alone() {
+    let window = WindowLimits {
+        max_batches: 4,
+        max_bytes: 1_000,
+        max_rows: 25,
+    };
+    let config = SinkConfig {
+        window,
+        max_message_bytes: 10,
+        ..SinkConfig::default()
+    };
+    let (mut s, table) = sink_with(1, config);
+    s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
+    let out = drain(&mut s, t(0));
+    let (_, conn, ..) = sends(&out)[0];
+    // The queue is empty: it takes the 60-row batch alone, and nothing else beside it.
+    s.submit(t(0), table, vec![0u8; 60], token(2)).unwrap();
+    let small = s.submit(t(0), table, vec![0u8; 1], token(3)).unwrap_err();
+    assert!(
+        matches!(small.reason, RejectReason::Full { .. }),
+        "{small:?}"
+    );
+    assert_eq!(s.queued(table).unwrap().rows, 60);
+    // It reaches the slot only when the slot's window is empty.
+    assert!(sends(&drain(&mut s, t(1))).is_empty());
+    ack(&mut s, t(2), conn, 10);
+    let out = drain(&mut s, t(2));
+    let shape: Vec<_> = sends(&out).iter().map(|x| (x.2, x.3, x.4)).collect();
+    assert_eq!(
+        shape,
+        vec![
+            (1, 1, 10),
+            (2, 1, 10),
+            (3, 1, 10),
+            (4, 1, 10),
+            (5, 1, 10),
+            (6, 1, 10)
+        ],
+        "split into 10-row messages on the wire, one logical batch"
+    );
+    assert_eq!(confirmed_positions(out), vec![1]);
+    assert_eq!(s.in_flight(SlotId::from_index(0)).unwrap().rows, 60);
+    ack(&mut s, t(3), conn, 70);
+    assert_eq!(confirmed_positions(drain(&mut s, t(3))), vec![2]);
+    s.submit(t(3), table, vec![0u8; 1], token(3)).unwrap();
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::fmt;
 use crate::backoff::Jitter;
 use crate::batch::Batch;
 use crate::config::SinkConfig;
-use crate::error::{Bound, ConfigError, RejectReason, Rejected, StreamError};
+use crate::error::{ConfigError, RejectReason, Rejected, StreamError};
 use crate::event::{Handled, Input, Output};
 use crate::ids::{SlotId, TableId};
 use crate::lane::{Lane, Token};
@@ -427,18 +427,6 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return Err(RejectReason::Routing { table, expectation });
         }
         let limits = self.config.window;
-        for (bound, value, limit) in [
-            (Bound::Bytes, bytes, limits.max_bytes),
-            (Bound::Rows, rows, limits.max_rows),
-        ] {
-            if value > limit {
-                return Err(RejectReason::TooLarge {
-                    bound,
-                    value,
-                    limit,
-                });
-            }
-        }
         let held = match route.key {
             Some(hash) => {
                 let index = t.first_slot

@@ -287,14 +287,12 @@ impl Oracle {
         slots_of_table: u64,
         reason: &RejectReason,
     ) -> Result<(), Violation> {
-        let w = self.config.window;
         let justified = match reason {
             RejectReason::Empty => rows == 0,
             RejectReason::Closed => self.closing,
             RejectReason::TableFailed { .. } => {
                 self.failed_tables.contains(&table) || sink.table_failed(table)
             }
-            RejectReason::TooLarge { .. } => rows > w.max_rows || bytes > w.max_bytes,
             RejectReason::Full { .. } => self.books.full(table, slot, slots_of_table, rows, bytes),
             RejectReason::SchemaRefused { schema, .. } => {
                 self.schemas_refused.contains(&(table, schema.0))

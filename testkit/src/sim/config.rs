@@ -238,7 +238,8 @@ impl SimConfig {
                 window: WindowLimits {
                     max_batches: rng.range(2, 64) as u32,
                     max_bytes: 16 << 20,
-                    max_rows: 20_000,
+                    // At times below the largest batch: such a batch goes alone.
+                    max_rows: rng.range(1_000, 20_000),
                 },
                 max_open_streams: cap,
                 // At its validated minimum.
