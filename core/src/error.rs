@@ -109,6 +109,18 @@ pub enum RejectReason {
         /// What the catalog said (every refusal, each naming its column).
         reason: String,
     },
+    /// The adapter's write boundary found rows the table would refuse (a null in a NOT NULL
+    /// column, a value that does not fit the declared type, a row over the message limit) and
+    /// the table's policy fails the whole batch; `detail` names every row and column. The core
+    /// itself never returns this: it is how such a batch reaches `failed` when nobody was
+    /// left waiting for the `send`.
+    #[error("{table}: rows the table would refuse: {detail}")]
+    BadRows {
+        /// The table.
+        table: TableId,
+        /// Every refused row, with its column and why.
+        detail: String,
+    },
     /// The table declares an ordering key and the batch came without one, or the reverse.
     #[error("{table} {expectation}")]
     Routing {

@@ -90,9 +90,54 @@ mod sealed {
 /// [`Derived`].
 pub trait Lane: sealed::Sealed + fmt::Debug + 'static {
     /// What a token of this lane carries back to the caller on confirmation.
-    type Position: fmt::Debug + Clone + PartialEq + Eq + Send + Sync + 'static;
+    type Position: fmt::Debug + Clone + PartialEq + Eq + Send + Sync + SourceSpan + 'static;
     /// The lane's name, for logs and metric labels.
     const NAME: &'static str;
+}
+
+/// Where in the source a position lies, whatever its lane: its batch's rows come from
+/// `topic`/`partition`, offsets `start()..=end()` (a raw position names one offset, the batch's
+/// last record: start and end are both it). The adapter stamps these on every row it writes
+/// (`_twg_source_*`), so that readers can drop rows a replay wrote twice.
+pub trait SourceSpan {
+    /// The source topic (or stream, or file set).
+    fn topic(&self) -> &str;
+    /// The partition within it.
+    fn partition(&self) -> u32;
+    /// The first offset covered.
+    fn start(&self) -> i64;
+    /// The last offset covered.
+    fn end(&self) -> i64;
+}
+
+impl SourceSpan for SourcePosition {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn partition(&self) -> u32 {
+        self.partition
+    }
+    fn start(&self) -> i64 {
+        self.offset
+    }
+    fn end(&self) -> i64 {
+        self.offset
+    }
+}
+
+impl SourceSpan for CoverageRange {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn partition(&self) -> u32 {
+        self.partition
+    }
+    fn start(&self) -> i64 {
+        self.start
+    }
+    fn end(&self) -> i64 {
+        self.end
+    }
 }
 
 /// The raw lane: confirmations advance a source position (topic, partition, offset).

@@ -158,7 +158,9 @@ pub use event::{
     Confirmed, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta, Transmit,
 };
 pub use ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
-pub use lane::{Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, Token};
+pub use lane::{
+    Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, SourceSpan, Token,
+};
 pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};
 pub use sizing::{PoolSizing, SizedPool};
