@@ -13,11 +13,38 @@ use crate::types::{DeltaType, VARIANT_EXTENSION};
 pub const RESERVED_PREFIX: &str = "_twg_";
 
 /// The reserved columns: name, type, built-in description.
-pub const RESERVED_COLUMNS: [(&str, DeltaType, &str); 1] = [(
-    "_twg_emit_ts",
-    DeltaType::Timestamp,
-    "Time (UTC) at which zerobus-sink emitted this row to Zerobus; stamped on write, never by the source.",
-)];
+pub const RESERVED_COLUMNS: [(&str, DeltaType, &str); 6] = [
+    (
+        "_twg_emit_ts",
+        DeltaType::Timestamp,
+        "Time (UTC) at which zerobus-sink emitted this row to Zerobus; stamped on write, never by the source.",
+    ),
+    (
+        "_twg_source_topic",
+        DeltaType::String,
+        "Source topic (or stream) of the batch this row came in; stamped by zerobus-sink from the batch's token.",
+    ),
+    (
+        "_twg_source_partition",
+        DeltaType::Integer,
+        "Source partition of the batch this row came in; stamped by zerobus-sink from the batch's token.",
+    ),
+    (
+        "_twg_source_start",
+        DeltaType::Long,
+        "First source offset the batch this row came in covers (the raw lane: its last record's offset, as _twg_source_end).",
+    ),
+    (
+        "_twg_source_end",
+        DeltaType::Long,
+        "Last source offset the batch this row came in covers.",
+    ),
+    (
+        "_twg_source_row",
+        DeltaType::Integer,
+        "Index of this row within the batch as the pipeline sent it; with the other _twg_source_ columns, it identifies a row across replays (Zerobus is at-least-once).",
+    ),
+];
 
 /// Who wrote a comment: the sink for its own columns, the data contract for payload columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

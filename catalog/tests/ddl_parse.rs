@@ -229,7 +229,13 @@ fn every_type_renders_to_ddl_the_parser_reads() {
             "ARRAY<STRING>",
             "STRUCT<`a` INT, `b_c` STRING>",
             "MAP<STRING, BIGINT>",
+            // The reserved columns: _twg_emit_ts and the _twg_source_* position.
             "TIMESTAMP",
+            "STRING",
+            "INT",
+            "BIGINT",
+            "BIGINT",
+            "INT",
         ]
     );
 }

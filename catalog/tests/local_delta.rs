@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use deltalake::kernel::MetadataValue;
 use zerobus_sink_catalog::local::LocalDelta;
@@ -74,7 +76,19 @@ async fn create_describe_evolve_and_resync_a_real_delta_table() {
         .iter()
         .map(|f| f["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["id", "note", "_twg_emit_ts"]);
+    assert_eq!(
+        names,
+        [
+            "id",
+            "note",
+            "_twg_emit_ts",
+            "_twg_source_topic",
+            "_twg_source_partition",
+            "_twg_source_start",
+            "_twg_source_end",
+            "_twg_source_row"
+        ]
+    );
     assert_eq!(schema["fields"][0]["type"], "long");
     assert_eq!(schema["fields"][0]["nullable"], false);
     assert_eq!(
@@ -223,6 +237,12 @@ async fn a_table_the_catalog_created_takes_the_batches_its_schema_describes() {
         Arc::new(Int64Array::from(vec![1, 2, 3])),
         Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
         Arc::new(TimestampMicrosecondArray::from(vec![10, 20, 30]).with_timezone("UTC")),
+        // The source position the sink stamps from each batch's token.
+        Arc::new(StringArray::from(vec!["orders"; 3])),
+        Arc::new(Int32Array::from(vec![0; 3])),
+        Arc::new(Int64Array::from(vec![7; 3])),
+        Arc::new(Int64Array::from(vec![7; 3])),
+        Arc::new(Int32Array::from(vec![0, 1, 2])),
     ];
     let batch = RecordBatch::try_new(schema, columns).unwrap();
     let url =

@@ -182,6 +182,10 @@ fn batch_for(d: &DesiredTable, payload: &[(String, ArrayRef)]) -> RecordBatch {
                 DataType::Timestamp(_, Some(_)) => {
                     Arc::new(TimestampMicrosecondArray::from(vec![42; rows]).with_timezone("UTC"))
                 }
+                // The source position (`_twg_source_*`), NOT NULL.
+                DataType::Utf8 => Arc::new(StringArray::from(vec!["topic"; rows])),
+                DataType::Int32 => Arc::new(Int32Array::from(vec![0; rows])),
+                DataType::Int64 => Arc::new(Int64Array::from(vec![0; rows])),
                 other => new_null_array(other, rows),
             }
         })
@@ -428,7 +432,20 @@ async fn two_sinks_provisioning_one_table_at_once_both_succeed_and_change_it_onc
         b.unwrap_or_else(|e| panic!("round {round}, second: {e}"));
         let live = one.describe(&round_table).await.unwrap().unwrap();
         let names: Vec<&str> = live.columns.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["id", "note", "_twg_emit_ts"], "round {round}");
+        assert_eq!(
+            names,
+            [
+                "id",
+                "note",
+                "_twg_emit_ts",
+                "_twg_source_topic",
+                "_twg_source_partition",
+                "_twg_source_start",
+                "_twg_source_end",
+                "_twg_source_row"
+            ],
+            "round {round}"
+        );
         // A third pass plans nothing: the table is as wanted, once.
         let again = one.reconcile(&d, &Policy::default()).await.unwrap();
         assert!(

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightData, PutResult, SchemaAsIpc};
 use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
@@ -246,8 +248,21 @@ fn stamped(first: i64, rows: i64) -> RecordBatch {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
                 false,
             ),
+            Field::new("_twg_source_topic", DataType::Utf8, false),
+            Field::new("_twg_source_partition", DataType::Int32, false),
+            Field::new("_twg_source_start", DataType::Int64, false),
+            Field::new("_twg_source_end", DataType::Int64, false),
+            Field::new("_twg_source_row", DataType::Int32, false),
         ])),
-        vec![ids, ts],
+        vec![
+            ids,
+            ts,
+            Arc::new(StringArray::from(vec!["ids"; rows as usize])),
+            Arc::new(Int32Array::from(vec![0; rows as usize])),
+            Arc::new(Int64Array::from(vec![first; rows as usize])),
+            Arc::new(Int64Array::from(vec![first + rows - 1; rows as usize])),
+            Arc::new(Int32Array::from_iter_values(0..rows as i32)),
+        ],
     )
     .unwrap()
 }
