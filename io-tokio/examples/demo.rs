@@ -25,7 +25,9 @@ use zerobus_sink::{Batch, Confirmation, FailedBatch, FailureReason, Raw, SourceT
 use zerobus_sink_catalog::TableRef;
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
-use zerobus_sink_tokio::{Confirmer, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink};
+use zerobus_sink_tokio::{
+    Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink,
+};
 
 const TABLE: &str = "main.demo.orders";
 
@@ -80,6 +82,13 @@ impl Confirmer<Raw> for Source {
         *self.fatal.lock().expect("fatal") = Some(format!(
             "{table}: {} rows not durable: {why}",
             b.batch.num_rows()
+        ));
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        *self.fatal.lock().expect("fatal") = Some(format!(
+            "{table}: {} rows refused before send: {:?}",
+            rows.batch.num_rows(),
+            rows.faults
         ));
     }
 }

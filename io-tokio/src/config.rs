@@ -9,7 +9,12 @@ use zerobus_sink::{PoolSizing, RetryPolicy, SinkConfig, TableSpec, WindowLimits}
 use zerobus_sink_catalog::{Contract, Role};
 
 use crate::auth::Credentials;
+use crate::boundary::{BadRows, Conversions};
 use crate::wire::Compression;
+
+/// The default [`ZerobusConfig::max_row_bytes`]: the service's 10 MiB message limit less the
+/// 64 KiB the official client keeps for framing (PROTOCOL.md E and B).
+pub const MAX_ROW_BYTES: u64 = 10 * 1024 * 1024 - 64 * 1024;
 
 /// What the sink does with a batch the core hands back for a reason that a later attempt can
 /// fix (a slot that spent its retry budget during an outage): it submits it again, the
@@ -57,6 +62,10 @@ pub struct ZerobusConfig {
     /// An extra trust anchor (PEM) for `https` endpoints, e.g. a private CA in front of the
     /// service; the webpki roots are trusted either way.
     pub tls_ca_pem: Option<Vec<u8>>,
+    /// The largest row the sink sends ([`MAX_ROW_BYTES`] by default): a larger one cannot fit
+    /// a message, so it is a bad row (named, handed back; see [`BadRows`]). The wire splits
+    /// batches into messages, never rows.
+    pub max_row_bytes: u64,
 }
 
 impl ZerobusConfig {
@@ -72,7 +81,15 @@ impl ZerobusConfig {
             resubmit: ResubmitPolicy::default(),
             application_name: None,
             tls_ca_pem: None,
+            max_row_bytes: MAX_ROW_BYTES,
         }
+    }
+
+    /// Sets the largest row the sink sends.
+    #[must_use]
+    pub fn max_row_bytes(mut self, bytes: u64) -> ZerobusConfig {
+        self.max_row_bytes = bytes;
+        self
     }
 
     /// Trusts this PEM certificate (a private CA) for `https` endpoints, besides the webpki roots.
@@ -157,6 +174,12 @@ pub struct TableDef {
     /// The table's role (provisioned sinks): a primary-raw table gets the shape its backend
     /// requires and is refused if it does not have it.
     pub role: Role,
+    /// What the write boundary may convert beyond lossless casts (provisioned sinks; both off
+    /// by default).
+    pub conversions: Conversions,
+    /// What happens to a batch with rows the table would refuse (the whole batch fails, by
+    /// default).
+    pub bad_rows: BadRows,
 }
 
 impl TableDef {
@@ -168,7 +191,23 @@ impl TableDef {
             schema,
             contract: None,
             role: Role::Standard,
+            conversions: Conversions::default(),
+            bad_rows: BadRows::default(),
         }
+    }
+
+    /// Lets the write boundary make these conversions (provisioned sinks).
+    #[must_use]
+    pub fn conversions(mut self, conversions: Conversions) -> TableDef {
+        self.conversions = conversions;
+        self
+    }
+
+    /// What happens to a batch with rows the table would refuse.
+    #[must_use]
+    pub fn bad_rows(mut self, policy: BadRows) -> TableDef {
+        self.bad_rows = policy;
+        self
     }
 
     /// Describes the table with a data contract (provisioned sinks).

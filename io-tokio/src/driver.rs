@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -20,22 +20,29 @@ use zerobus_sink::{
 };
 use zerobus_sink_catalog::{Contract, Role, TableCatalog};
 
+use crate::boundary::apply::{Origin, RowIds, Stamps};
+use crate::boundary::rows::{self, Verdict};
+use crate::boundary::{self, BadRows, ColumnRefusal, Conversions, IsolatedRows, Plan};
+
 use crate::command::{Control, Submit};
 use crate::config::ResubmitPolicy;
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::error::{DeliveryError, FlushError, SendError};
 use crate::health::Health;
-use crate::provision::{self, Answer, Provisioning, WireShape};
+use crate::provision::{self, Answer, Provisioning};
 use crate::receipt::{Delivered, Receipt};
 use crate::report::Report;
 
-/// A batch with the id of its receipt and its route; slices keep both.
+/// A batch with the id of its receipt and its route, and what its rows are stamped with
+/// (where they came from, their indices in the batch as sent); slices keep all of it.
 #[derive(Clone, Debug)]
 pub(crate) struct Tagged {
     pub(crate) batch: RecordBatch,
     pub(crate) id: u64,
     pub(crate) route: Route,
+    pub(crate) origin: Option<Arc<Origin>>,
+    pub(crate) rows: RowIds,
 }
 
 impl Batch for Tagged {
@@ -50,6 +57,8 @@ impl Batch for Tagged {
             batch: Batch::slice(&self.batch, offset, len),
             id: self.id,
             route: self.route,
+            origin: self.origin.clone(),
+            rows: self.rows.skip(offset),
         }
     }
 }
@@ -71,20 +80,52 @@ pub(crate) struct Parts<L: Lane, C, P> {
     pub(crate) submits: mpsc::Receiver<Submit<L>>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) resubmit: ResubmitPolicy,
-    /// The catalog, for a sink that provisions its tables; each table's contract and role.
+    /// The catalog, for a sink that provisions its tables.
     pub(crate) provisioning: Option<Provisioning<P>>,
-    pub(crate) definitions: Vec<(Option<Contract>, Role)>,
+    /// Per table: what provisioning and the write boundary need.
+    pub(crate) definitions: Vec<Definition>,
+    /// The largest row sent.
+    pub(crate) max_row_bytes: u64,
 }
 
-/// A provisioned table's schemas as the driver knows them.
+/// What provisioning and the write boundary need of a table's definition.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Definition {
+    pub(crate) contract: Option<Contract>,
+    pub(crate) role: Role,
+    pub(crate) conversions: Conversions,
+    pub(crate) bad_rows: BadRows,
+}
+
+/// A batch schema's plan, as far as the driver knows it.
+enum Planned {
+    /// The table is being described and reconciled for it (its first batch waits).
+    Asking,
+    /// Its plan, and the connection description with its wire schema.
+    Ready(Arc<Plan>, Arc<TableWire>),
+    /// Refused, every column named.
+    Refused(Vec<ColumnRefusal>),
+}
+
+/// The tables' schemas as the driver knows them.
 #[derive(Default)]
 struct Shapes {
-    /// Each batch schema seen, by the id the handle gave it.
+    /// Each batch schema seen, by the id the handle gave it (provisioned tables).
     batch: HashMap<(TableId, SchemaId), SchemaRef>,
-    /// Each reconciled one's wire shape, and the connection description with it.
-    wire: HashMap<(TableId, SchemaId), (Arc<WireShape>, Arc<TableWire>)>,
+    /// Each schema's plan.
+    plans: HashMap<(TableId, SchemaId), Planned>,
     /// Tables the sink has registered itself with as a writer.
     registered: HashSet<TableId>,
+}
+
+/// A send the driver holds: its schema's plan is not known yet, or the window is full.
+enum Blocked<L: Lane> {
+    Unplanned(Submit<L>),
+    Full {
+        tagged: Tagged,
+        token: Token<L>,
+        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
+    },
 }
 
 pub(crate) struct Driver<L: Lane, C, P> {
@@ -107,7 +148,7 @@ pub(crate) struct Driver<L: Lane, C, P> {
     /// Handed-back batches to submit again, by due time (and a sequence number).
     again: BTreeMap<(Instant, u64), Again<L>>,
     next_id: u64,
-    blocked: Option<Submit<L>>,
+    blocked: Option<Blocked<L>>,
     flushes: Vec<oneshot::Sender<Result<(), FlushError>>>,
     failed_since_flush: u64,
     closing: Option<oneshot::Sender<Report>>,
@@ -115,7 +156,8 @@ pub(crate) struct Driver<L: Lane, C, P> {
     health: Health,
     report: Report,
     provisioning: Option<Arc<Provisioning<P>>>,
-    definitions: Vec<(Option<Contract>, Role)>,
+    definitions: Vec<Definition>,
+    max_row_bytes: u64,
     shapes: Shapes,
     answers_tx: mpsc::UnboundedSender<(TableId, SchemaId, Answer)>,
     answers: mpsc::UnboundedReceiver<(TableId, SchemaId, Answer)>,
@@ -152,6 +194,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             report,
             provisioning: parts.provisioning.map(Arc::new),
             definitions: parts.definitions,
+            max_row_bytes: parts.max_row_bytes,
             shapes: Shapes::default(),
             answers_tx,
             answers,
@@ -270,36 +313,182 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         }
     }
 
+    /// A send from the handle: its schema's plan (asked for at the schema's first batch, which
+    /// waits for it as for a full window), the write boundary's checks, then the core.
     fn submit(&mut self, now: Time, s: Submit<L>) {
+        let table = s.route.table();
+        if self.closing.is_some() || self.handle_gone {
+            // The core refuses it as closed, whatever its schema.
+            let tagged = self.tag(s.batch, s.route, None, RowIds::From(0));
+            return self.admit(now, tagged, s.token, s.reply);
+        }
+        let key = (table, s.route.schema_id());
+        let plan = match self.shapes.plans.get(&key) {
+            Some(Planned::Ready(plan, _)) => plan.clone(),
+            Some(Planned::Refused(columns)) => {
+                let error = SendError::Unreconcilable {
+                    table: self.table_name(table),
+                    columns: columns.clone(),
+                    batch: s.batch,
+                    token: s.token,
+                };
+                return self.refuse(s.route, s.reply, error);
+            }
+            Some(Planned::Asking) => {
+                self.blocked = Some(Blocked::Unplanned(s));
+                return;
+            }
+            None if self.provisioning.is_some() => {
+                self.ask(key, s.batch.schema());
+                self.blocked = Some(Blocked::Unplanned(s));
+                return;
+            }
+            None => {
+                let Some(wire) = self.wire(table) else {
+                    // The core names the unknown table.
+                    let tagged = self.tag(s.batch, s.route, None, RowIds::From(0));
+                    return self.admit(now, tagged, s.token, s.reply);
+                };
+                let plan = Arc::new(Plan::identity(&wire.schema));
+                self.shapes
+                    .plans
+                    .insert(key, Planned::Ready(plan.clone(), wire));
+                plan
+            }
+        };
+        let name = self.table_name(table);
+        let policy = self
+            .definitions
+            .get(table.index())
+            .map(|d| d.bad_rows)
+            .unwrap_or_default();
+        let verdict =
+            rows::judge(&plan, &s.batch, self.max_row_bytes, policy).unwrap_or_else(|e| {
+                // The cast the plan chose failed outright: the service will name it.
+                tracing::error!(table = %name, error = %e, "checking a batch's rows");
+                Verdict::Clean
+            });
+        let origin = (!plan.identity).then(|| Arc::new(Origin::of(s.token.position())));
+        let faults = match verdict {
+            Verdict::Clean => {
+                let tagged = self.tag(s.batch, s.route, origin, RowIds::From(0));
+                return self.admit(now, tagged, s.token, s.reply);
+            }
+            Verdict::Isolate {
+                good,
+                ids,
+                bad,
+                faults,
+            } => {
+                self.report.bad_rows(table, bad.num_rows() as u64, true);
+                tracing::warn!(
+                    table = %name,
+                    rows = bad.num_rows(),
+                    faults = %boundary::describe(&faults),
+                    "rows isolated before send"
+                );
+                let isolated = IsolatedRows {
+                    position: s.token.position().clone(),
+                    batch: bad,
+                    faults,
+                };
+                // The confirmer first: the token's confirmation comes after.
+                self.confirmer.isolated(&name, isolated);
+                let tagged = self.tag(good, s.route, origin, RowIds::Listed(ids, 0));
+                return self.admit(now, tagged, s.token, s.reply);
+            }
+            Verdict::Fail(faults) => faults,
+        };
+        let rows: HashSet<usize> = faults.iter().map(|f| f.row).collect();
+        self.report.bad_rows(table, rows.len() as u64, false);
+        tracing::warn!(
+            table = %name,
+            rows = rows.len(),
+            faults = %boundary::describe(&faults),
+            "batch refused before send: rows the table would refuse"
+        );
+        let error = SendError::BadRows {
+            table: name,
+            faults,
+            batch: s.batch,
+            token: s.token,
+        };
+        self.refuse(s.route, s.reply, error);
+    }
+
+    fn tag(
+        &mut self,
+        batch: RecordBatch,
+        route: Route,
+        origin: Option<Arc<Origin>>,
+        rows: RowIds,
+    ) -> Tagged {
         let id = self.next_id;
         self.next_id += 1;
-        if self.provisioning.is_some() {
-            let key = (s.route.table(), s.route.schema_id());
-            self.shapes
-                .batch
-                .entry(key)
-                .or_insert_with(|| s.batch.schema());
-        }
-        let tagged = Tagged {
-            batch: s.batch,
+        Tagged {
+            batch,
             id,
-            route: s.route,
+            route,
+            origin,
+            rows,
+        }
+    }
+
+    /// A send refused before the core: the error goes back to `send`; if nobody waits for it
+    /// any more (the future was dropped), the batch goes to the confirmer's `failed`, so that
+    /// its token is never lost.
+    fn refuse(
+        &mut self,
+        route: Route,
+        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
+        error: SendError<L>,
+    ) {
+        let Err(Err(error)) = reply.send(Err(error)) else {
+            return;
         };
-        match self.core.submit(now, s.route, tagged, s.token) {
+        let table = route.table();
+        let reason = match &error {
+            SendError::Rejected { reason, .. } => reason.clone(),
+            SendError::Unreconcilable { .. } => RejectReason::SchemaRefused {
+                table,
+                schema: route.schema_id(),
+                reason: error.to_string(),
+            },
+            other => RejectReason::BadRows {
+                table,
+                detail: other.to_string(),
+            },
+        };
+        if let Some((batch, token)) = error.into_parts() {
+            let reason = FailureReason::NotAdmitted { table, reason };
+            self.hand_over(table, batch, token, 0, None, &reason);
+        }
+    }
+
+    /// Gives a checked batch to the core.
+    fn admit(
+        &mut self,
+        now: Time,
+        tagged: Tagged,
+        token: Token<L>,
+        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
+    ) {
+        let id = tagged.id;
+        let route = tagged.route;
+        match self.core.submit(now, route, tagged, token) {
             Ok(Admitted { table, seq }) => {
                 let (tx, rx) = oneshot::channel();
                 self.receipts.insert(id, tx);
                 // If the sender has given up waiting, the token still reaches the confirmer.
-                let _ = s.reply.send(Ok(Receipt::new(table, seq, rx)));
+                let _ = reply.send(Ok(Receipt::new(table, seq, rx)));
             }
             Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
                 // The backpressure: hold the send (and stop taking submits) until the window
                 // has room. Reports, flushes and closes still get through.
-                self.blocked = Some(Submit {
-                    route: s.route,
-                    batch: rejected.batch.batch,
+                self.blocked = Some(Blocked::Full {
+                    tagged: rejected.batch,
                     token: rejected.token,
-                    reply: s.reply,
+                    reply,
                 });
             }
             Err(rejected) => {
@@ -308,25 +497,20 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     batch: rejected.batch.batch,
                     token: rejected.token,
                 };
-                if let Err(Err(SendError::Rejected {
-                    reason,
-                    batch,
-                    token,
-                })) = s.reply.send(Err(error))
-                {
-                    // Nobody waits for the answer (the send future was dropped): the batch
-                    // must not vanish with its token.
-                    let table = s.route.table();
-                    let reason = FailureReason::NotAdmitted { table, reason };
-                    self.hand_over(table, batch, token, 0, None, &reason);
-                }
+                self.refuse(route, reply, error);
             }
         }
     }
 
     fn retry_blocked(&mut self, now: Time) {
-        if let Some(s) = self.blocked.take() {
-            self.submit(now, s);
+        match self.blocked.take() {
+            Some(Blocked::Unplanned(s)) => self.submit(now, s),
+            Some(Blocked::Full {
+                tagged,
+                token,
+                reply,
+            }) => self.admit(now, tagged, token, reply),
+            None => {}
         }
     }
 
@@ -465,9 +649,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     conn,
                     schema,
                 } => {
-                    let wire = match self.shapes.wire.get(&(table, schema)) {
-                        Some((_, wire)) => wire.clone(),
-                        None => match self.wire(table) {
+                    let wire = match self.shapes.plans.get(&(table, schema)) {
+                        Some(Planned::Ready(_, wire)) => wire.clone(),
+                        _ => match self.wire(table) {
                             Some(wire) => wire,
                             None => continue,
                         },
@@ -480,14 +664,21 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 Output::Send(t) => {
                     self.sent.insert((t.slot(), t.offset), t.batch.id);
                     let key = (t.table, t.batch.route.schema_id());
-                    let batch = match self.shapes.wire.get(&key) {
-                        Some((shape, _)) => shape.apply(&t.batch.batch).unwrap_or_else(|e| {
-                            // Cannot happen (the shape was made from this schema); the
-                            // service will refuse the stream and name the difference.
-                            tracing::error!(error = %e, "stamping a batch");
-                            t.batch.batch.clone()
-                        }),
-                        None => t.batch.batch,
+                    let batch = match self.shapes.plans.get(&key) {
+                        Some(Planned::Ready(plan, _)) if !plan.identity => {
+                            let stamps = Stamps {
+                                emit_micros: emit_micros(),
+                                origin: t.batch.origin.as_deref(),
+                                rows: &t.batch.rows,
+                            };
+                            plan.apply(&t.batch.batch, &stamps).unwrap_or_else(|e| {
+                                // Cannot happen (the plan was made from this schema and its
+                                // rows checked); the service will refuse and name it.
+                                tracing::error!(error = %e, "converting a batch for the wire");
+                                t.batch.batch.clone()
+                            })
+                        }
+                        _ => t.batch.batch,
                     };
                     if let Some(h) = self.conns.get(&t.conn) {
                         let _ = h.commands.send(conn::Command::Send {
@@ -496,7 +687,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                         });
                     }
                 }
-                Output::Reconcile { table, schema } => self.reconcile(table, schema),
+                Output::Reconcile { table, schema } => self.reconcile(now, table, schema),
                 Output::Close { conn, graceful } => {
                     if graceful {
                         if let Some(h) = self.conns.get(&conn) {
@@ -541,62 +732,103 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         }
     }
 
-    /// Runs the reconcile the core asked for in a task; its answer comes back on `answers`.
-    fn reconcile(&mut self, table: TableId, schema: SchemaId) {
-        let (Some(p), Some(batch_schema)) = (
-            self.provisioning.clone(),
-            self.shapes.batch.get(&(table, schema)).cloned(),
-        ) else {
+    /// The core asks whether a schema's batches may go: the driver knows (it planned the
+    /// schema before admitting its first batch).
+    fn reconcile(&mut self, now: Time, table: TableId, schema: SchemaId) {
+        let outcome = match self.shapes.plans.get(&(table, schema)) {
+            Some(Planned::Ready(..)) => Ok(()),
+            Some(Planned::Refused(columns)) => Err(words(columns)),
+            // Still asking: the core asks again after its reconcile timeout.
+            _ => return,
+        };
+        let _ = self.core.reconciled(now, table, schema, outcome);
+    }
+
+    /// Describes and reconciles the table for a new batch schema in a task; the answer comes
+    /// back on `answers`. A catalog that cannot be reached is asked again, backing off, until
+    /// it answers (the schema's first send waits; reports and closes do not).
+    fn ask(&mut self, key: (TableId, SchemaId), batch_schema: SchemaRef) {
+        let Some(p) = self.provisioning.clone() else {
             return;
         };
-        let (contract, role) = self
+        let (table, schema) = key;
+        self.shapes.batch.insert(key, batch_schema.clone());
+        self.shapes.plans.insert(key, Planned::Asking);
+        let d = self
             .definitions
             .get(table.index())
             .cloned()
-            .unwrap_or((None, Role::Standard));
+            .unwrap_or_default();
         let request = provision::Request {
             table: self.table_name(table),
             schema: batch_schema,
-            contract,
-            role,
+            contract: d.contract,
+            role: d.role,
+            conversions: d.conversions,
             register: !self.shapes.registered.contains(&table),
         };
         tracing::debug!(table = %request.table, %schema, "reconciling");
         let answers = self.answers_tx.clone();
         tokio::spawn(async move {
-            let answer = provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
+            let mut wait = Duration::from_secs(1);
+            let answer = loop {
+                let answer = provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
+                if answer.is_some() {
+                    break answer;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            };
             let _ = answers.send((table, schema, answer));
         });
     }
 
-    /// A reconcile's answer: the core hears it (a refusal hands that schema's batches back).
+    /// A reconcile's answer: the schema's plan, or every refusal.
     fn answered(&mut self, table: TableId, schema: SchemaId, answer: Answer) {
-        let now = self.now();
+        let Some(answer) = answer else {
+            return;
+        };
         let name = self.table_name(table);
-        let outcome = match answer {
-            None => return,
-            Some(Ok((order, executed))) => {
+        let planned = match answer {
+            Ok((live, executed)) => {
+                self.shapes.registered.insert(table);
                 let Some(batch_schema) = self.shapes.batch.get(&(table, schema)) else {
                     return;
                 };
-                let shape = Arc::new(WireShape::new(batch_schema, &order));
-                let wire = Arc::new(TableWire {
-                    name: name.clone(),
-                    schema: shape.schema.clone(),
-                    provisioned: true,
-                });
-                self.shapes.wire.insert((table, schema), (shape, wire));
-                self.shapes.registered.insert(table);
-                tracing::info!(table = %name, %schema, ?executed, "table reconciled");
-                Ok(())
+                let conversions = self
+                    .definitions
+                    .get(table.index())
+                    .map(|d| d.conversions)
+                    .unwrap_or_default();
+                match Plan::new(batch_schema, &live, conversions) {
+                    Ok(plan) => {
+                        self.report.planned(table, plan.kinds(), [].iter());
+                        tracing::info!(table = %name, %schema, ?executed, "table reconciled");
+                        let wire = Arc::new(TableWire {
+                            name: name.clone(),
+                            schema: plan.schema.clone(),
+                            provisioned: true,
+                        });
+                        Planned::Ready(Arc::new(plan), wire)
+                    }
+                    Err(refusals) => Planned::Refused(refusals),
+                }
             }
-            Some(Err(words)) => {
-                tracing::error!(table = %name, %schema, refused = %words, "schema refused; its batches are handed back");
-                Err(words)
-            }
+            Err(refusals) => Planned::Refused(refusals),
         };
-        self.report.reconciled(table, outcome.is_ok());
-        let _ = self.core.reconciled(now, table, schema, outcome);
+        if let Planned::Refused(refusals) = &planned {
+            self.report
+                .planned(table, std::iter::empty(), refusals.iter());
+            tracing::error!(
+                table = %name,
+                %schema,
+                refused = %words(refusals),
+                "schema refused; its batches come back from send"
+            );
+        }
+        self.report
+            .reconciled(table, matches!(planned, Planned::Ready(..)));
+        self.shapes.plans.insert((table, schema), planned);
     }
 
     /// Batches handed back: transient ones wait to be submitted again, the rest (and those out
@@ -643,6 +875,22 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             }
         }
     }
+}
+
+/// Every refusal, in words.
+fn words(refusals: &[ColumnRefusal]) -> String {
+    refusals
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The wall clock in µs since the epoch, for `_twg_emit_ts`.
+fn emit_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 async fn sleep(at: Option<Instant>) {

@@ -5,6 +5,8 @@ use std::fmt;
 use arrow_array::RecordBatch;
 use zerobus_sink::{ConfigError, FailureReason, Lane, RejectReason, TableId, Token};
 
+use crate::boundary::{self, ColumnRefusal, RowFault};
+
 /// Why the sink could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,6 +61,32 @@ pub enum SendError<L: Lane> {
         /// Its token.
         token: Token<L>,
     },
+    /// The batch's schema cannot be written to the table: decided once for the schema when the
+    /// table was described, every column concerned named. Later batches of this schema are
+    /// refused the same way, at once.
+    Unreconcilable {
+        /// The table.
+        table: String,
+        /// Every column that cannot go, and why.
+        columns: Vec<ColumnRefusal>,
+        /// The batch.
+        batch: RecordBatch,
+        /// Its token.
+        token: Token<L>,
+    },
+    /// Rows the table would refuse (a null in a NOT NULL column, a value that does not fit, a
+    /// row over the message limit), and the table's policy is
+    /// [`BadRows::FailBatch`](crate::BadRows): nothing of the batch was sent.
+    BadRows {
+        /// The table.
+        table: String,
+        /// Every bad row, with its column and why.
+        faults: Vec<RowFault>,
+        /// The batch.
+        batch: RecordBatch,
+        /// Its token.
+        token: Token<L>,
+    },
     /// The sink has no table with this id.
     UnknownTable {
         /// The id.
@@ -83,6 +111,8 @@ impl<L: Lane> SendError<L> {
         match self {
             SendError::Rejected { batch, token, .. }
             | SendError::SchemaMismatch { batch, token, .. }
+            | SendError::Unreconcilable { batch, token, .. }
+            | SendError::BadRows { batch, token, .. }
             | SendError::UnknownTable { batch, token, .. } => Some((batch, token)),
             SendError::Stopped { parts } => parts,
         }
@@ -92,6 +122,8 @@ impl<L: Lane> SendError<L> {
         match self {
             SendError::Rejected { batch, token, .. }
             | SendError::SchemaMismatch { batch, token, .. }
+            | SendError::Unreconcilable { batch, token, .. }
+            | SendError::BadRows { batch, token, .. }
             | SendError::UnknownTable { batch, token, .. } => Some((batch, token)),
             SendError::Stopped { parts } => parts.as_ref().map(|(b, t)| (b, t)),
         }
@@ -114,6 +146,24 @@ impl<L: Lane> fmt::Display for SendError<L> {
                     "batch does not match the schema of table {table}: {detail}"
                 )
             }
+            SendError::Unreconcilable { table, columns, .. } => {
+                let columns: Vec<String> = columns.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "batch schema cannot be written to table {table}: {}",
+                    columns.join("; ")
+                )
+            }
+            SendError::BadRows { table, faults, .. } => write!(
+                f,
+                "{} rows of the batch would be refused by table {table}: {}",
+                faults
+                    .iter()
+                    .map(|x| x.row)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                boundary::describe(faults)
+            ),
             SendError::UnknownTable { table, .. } => write!(f, "{table} is not registered"),
             SendError::Stopped { .. } => f.write_str("the sink has stopped; batch not sent"),
         }

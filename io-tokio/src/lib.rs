@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 //! use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
-//! use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
+//! use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink};
 //!
 //! #[derive(Clone, Default)]
 //! struct Commit(Arc<Mutex<SourceTracker>>);
@@ -24,6 +24,10 @@
 //!     fn failed(&mut self, table: &str, b: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
 //!         // Final (the sink resubmitted what it could): stop the pipeline, never drop it.
 //!         panic!("{table}: {} rows not durable: {why}", b.batch.num_rows());
+//!     }
+//!     fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+//!         // Only under BadRows::Isolate: park these in a dead-letter table, or stop.
+//!         panic!("{table}: {} rows refused: {:?}", rows.batch.num_rows(), rows.faults);
 //!     }
 //! }
 //!
@@ -60,6 +64,7 @@ pub struct ReadmeDoctests;
 /// impl Confirmer<Derived> for Coverage {
 ///     fn confirmed(&mut self, _: &str, _: Confirmation<Derived>) {}
 ///     fn failed(&mut self, _: &str, _: FailedBatch<Derived, RecordBatch>, _: &FailureReason) {}
+///     fn isolated(&mut self, _: &str, _: zerobus_sink_tokio::IsolatedRows<Derived>) {}
 /// }
 /// let sink = ZerobusSink::<Raw>::start(ZerobusConfig::new("http://127.0.0.1:1"), vec![], Coverage);
 /// ```
@@ -74,12 +79,14 @@ pub struct ReadmeDoctests;
 /// # impl Confirmer<Derived> for Coverage {
 /// #     fn confirmed(&mut self, _: &str, _: Confirmation<Derived>) {}
 /// #     fn failed(&mut self, _: &str, _: FailedBatch<Derived, RecordBatch>, _: &FailureReason) {}
+/// #     fn isolated(&mut self, _: &str, _: zerobus_sink_tokio::IsolatedRows<Derived>) {}
 /// # }
 /// let sink = ZerobusSink::<Derived>::start(ZerobusConfig::new("http://127.0.0.1:1"), vec![], Coverage);
 /// ```
 pub mod lanes {}
 
 mod auth;
+pub mod boundary;
 mod command;
 mod config;
 mod confirmer;
@@ -95,10 +102,12 @@ mod sink;
 mod wire;
 
 pub use auth::{AuthError, Credentials, OAuth, Secret};
-pub use config::{ResubmitPolicy, TableDef, ZerobusConfig};
+pub use boundary::plan::EMIT_TS;
+pub use boundary::{BadRows, ColumnRefusal, Conversions, FaultKind, IsolatedRows, RowFault};
+pub use config::{MAX_ROW_BYTES, ResubmitPolicy, TableDef, ZerobusConfig};
 pub use confirmer::Confirmer;
 pub use error::{DeliveryError, FlushError, SendError, StartError};
-pub use provision::{EMIT_TS, NoCatalog, Provisioning};
+pub use provision::{NoCatalog, Provisioning};
 pub use receipt::{Delivered, Receipt};
 pub use report::{Report, TableReport};
 pub use sink::{BatchSink, CommitInfo, OffsetSpan, Positions, Sink, TableWriter, ZerobusSink};

@@ -10,21 +10,23 @@
 //! here a few times, then left unanswered: the core asks again after its
 //! `reconcile_timeout`, so a catalog outage delays a table, it never refuses its schema.
 //!
-//! On the wire each batch carries the columns it has, in the table's order, and
-//! `_twg_emit_ts` stamped with the time it was sent ([`WireShape`]).
+//! Before the catalog plans, the live table is described and each existing column the batch
+//! brings is matched by the write boundary's rules ([`crate::boundary`]): a column the boundary
+//! can convert is presented to the catalog with the table's own type (so an `Int32` batch
+//! column for a BIGINT column is no narrowing to refuse), unless the policy allows a lossless
+//! widening the catalog can make instead. A column no rule converts is refused here, named,
+//! without asking the catalog. The answer is the live table after reconciling; the driver
+//! makes the batch schema's [`Plan`](crate::boundary::Plan) from it.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use arrow_array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{Field, Schema, SchemaRef};
 use zerobus_sink_catalog::{
-    Access, CatalogError, Contract, DesiredTable, LiveTable, Policy, ReconcileOutcome, Role,
-    SinkId, TableCatalog, TableRef, VendedCredentials,
+    Access, CatalogError, Contract, DeltaType, DesiredTable, LiveTable, Policy, ReconcileOutcome,
+    Role, SinkId, TableCatalog, TableRef, VendedCredentials, Widening,
 };
 
-/// The column the sink stamps on every row: when it was sent (UTC, microseconds).
-pub const EMIT_TS: &str = "_twg_emit_ts";
+use crate::boundary::{ColumnRefusal, Conversions, rules};
 
 /// How a sink provisions its tables: the catalog (the Unity Catalog backend for Databricks, the
 /// local backend for `zerobus-local`), the name it registers as a writer under, and the
@@ -96,13 +98,68 @@ pub(crate) struct Request {
     pub(crate) schema: SchemaRef,
     pub(crate) contract: Option<Contract>,
     pub(crate) role: Role,
+    /// What the write boundary may convert.
+    pub(crate) conversions: Conversions,
     /// Register the sink as a writer (the table's first reconcile).
     pub(crate) register: bool,
 }
 
-/// A reconcile's answer: the table's column order, or the catalog's refusal in words; `None`
-/// when the catalog could not be reached (the core will ask again).
-pub(crate) type Answer = Option<Result<(Vec<String>, Vec<String>), String>>;
+/// A reconcile's answer: the live table and the statements (or commits) executed, or every
+/// refusal; `None` when the catalog could not be reached (ask again later).
+pub(crate) type Answer = Option<Result<(LiveTable, Vec<String>), Vec<ColumnRefusal>>>;
+
+fn catalog_refusal(reason: impl ToString) -> Vec<ColumnRefusal> {
+    vec![ColumnRefusal::Catalog {
+        reason: reason.to_string(),
+    }]
+}
+
+/// The schema to present to the catalog for `batch`, given the table as it is: each existing
+/// column the boundary converts takes the table's type and nullability (the boundary casts and
+/// checks each batch), unless `policy` allows a lossless widening the catalog makes instead.
+/// Columns no rule converts are refused, every one named.
+pub(crate) fn presented(
+    batch: &Schema,
+    live: Option<&LiveTable>,
+    policy: &Policy,
+    conversions: Conversions,
+) -> Result<Schema, Vec<ColumnRefusal>> {
+    let Some(live) = live else {
+        return Ok(batch.clone());
+    };
+    let mut refusals = Vec::new();
+    let mut fields = Vec::with_capacity(batch.fields().len());
+    for field in batch.fields() {
+        let Some(column) = live.column(field.name()) else {
+            fields.push(field.as_ref().clone());
+            continue;
+        };
+        let widens = DeltaType::from_arrow(field.name(), field.data_type()).is_ok_and(|wanted| {
+            column.data_type.loosened().can_widen_to(&wanted.loosened()) == Widening::Lossless
+        });
+        if policy.allow_widening && widens {
+            fields.push(field.as_ref().clone());
+            continue;
+        }
+        match rules::rule(
+            field.name(),
+            field.data_type(),
+            &column.data_type,
+            conversions,
+        ) {
+            Ok(_) => fields.push(
+                Field::new(field.name(), column.data_type.to_arrow(), column.nullable)
+                    .with_metadata(field.metadata().clone()),
+            ),
+            Err(refusal) => refusals.push(refusal),
+        }
+    }
+    if refusals.is_empty() {
+        Ok(Schema::new_with_metadata(fields, batch.metadata().clone()))
+    } else {
+        Err(refusals)
+    }
+}
 
 /// Makes the table take `request.schema`; see the module docs. Returns the live column order
 /// and the statements (or commits) executed.
@@ -114,142 +171,104 @@ pub(crate) async fn reconcile<C: TableCatalog>(
 ) -> Answer {
     let table = match TableRef::parse(&request.table) {
         Ok(t) => t,
-        Err(e) => return Some(Err(e.to_string())),
-    };
-    let desired = match DesiredTable::from_arrow(
-        table.clone(),
-        &request.schema,
-        request.contract.as_ref(),
-        request.role,
-    ) {
-        Ok(d) => d,
-        Err(e) => return Some(Err(e.to_string())),
+        Err(e) => return Some(Err(catalog_refusal(e))),
     };
     let mut delay = Duration::from_millis(500);
     for attempt in 1..=4 {
         let outcome = async {
+            let before = catalog.describe(&table).await?;
+            let schema = match presented(
+                &request.schema,
+                before.as_ref(),
+                policy,
+                request.conversions,
+            ) {
+                Ok(schema) => schema,
+                Err(refusals) => return Ok(Err(refusals)),
+            };
+            let desired = match DesiredTable::from_arrow(
+                table.clone(),
+                &schema,
+                request.contract.as_ref(),
+                request.role,
+            ) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(catalog_refusal(e))),
+            };
             let outcome = catalog.reconcile(&desired, policy).await?;
             if request.register {
                 catalog.register_sink(&table, sink).await?;
             }
             let live = catalog.describe(&table).await?;
-            Ok::<_, CatalogError>((outcome, live))
+            Ok::<_, CatalogError>(Ok((outcome, live)))
         }
         .await;
         match outcome {
-            Ok((outcome, Some(live))) => {
-                let columns = live.columns.iter().map(|c| c.name.clone()).collect();
-                return Some(Ok((columns, outcome.executed)));
-            }
-            Ok((_, None)) => {
-                return Some(Err(format!(
+            Ok(Err(refusals)) => return Some(Err(refusals)),
+            Ok(Ok((outcome, Some(live)))) => return Some(Ok((live, outcome.executed))),
+            Ok(Ok((_, None))) => {
+                return Some(Err(catalog_refusal(format!(
                     "{table}: the catalog reconciled it but then describes it as absent"
-                )));
+                ))));
             }
             Err(e) if e.is_retryable() || e.is_conflict() => {
                 tracing::warn!(%table, attempt, error = %e, "reconcile failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }
-            Err(e) => return Some(Err(e.to_string())),
+            Err(e) => return Some(Err(catalog_refusal(e))),
         }
     }
     tracing::warn!(%table, "the catalog is unreachable; the sink will ask again");
     None
 }
 
-/// How a batch of one schema goes on the wire: the table's columns the batch has, in the
-/// table's order, with `_twg_emit_ts` stamped where the table has it.
-#[derive(Debug)]
-pub(crate) struct WireShape {
-    /// The schema message of the stream.
-    pub(crate) schema: SchemaRef,
-    /// Per wire column: the batch's column index, or `None` for the stamp.
-    columns: Vec<Option<usize>>,
-}
-
-impl WireShape {
-    /// The shape for batches of `batch_schema` into a table whose columns are `order`.
-    pub(crate) fn new(batch_schema: &Schema, order: &[String]) -> WireShape {
-        let stamp = Field::new(
-            EMIT_TS,
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        );
-        let mut fields = Vec::with_capacity(order.len());
-        let mut columns = Vec::with_capacity(order.len());
-        for name in order {
-            if name == EMIT_TS {
-                fields.push(stamp.clone());
-                columns.push(None);
-            } else if let Ok(i) = batch_schema.index_of(name) {
-                fields.push(batch_schema.field(i).clone());
-                columns.push(Some(i));
-            }
-        }
-        if !columns.contains(&None) {
-            fields.push(stamp);
-            columns.push(None);
-        }
-        WireShape {
-            schema: Arc::new(Schema::new(fields)),
-            columns,
-        }
-    }
-
-    /// `batch` as the stream carries it, stamped with the current time.
-    pub(crate) fn apply(
-        &self,
-        batch: &RecordBatch,
-    ) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let micros = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        let stamp: ArrayRef = Arc::new(
-            TimestampMicrosecondArray::from_value(micros, batch.num_rows()).with_timezone("UTC"),
-        );
-        let columns = self
-            .columns
-            .iter()
-            .map(|c| c.map_or_else(|| stamp.clone(), |i| batch.column(i).clone()))
-            .collect();
-        RecordBatch::try_new(self.schema.clone(), columns)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use arrow_schema::DataType;
+
     use super::*;
-    use arrow_array::Int64Array;
+    use crate::boundary::plan::live_of;
 
     #[test]
-    fn the_wire_follows_the_tables_order_and_stamps_every_row() {
-        let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
-        let added: ArrayRef = Arc::new(Int64Array::from(vec![7, 8]));
-        let batch = RecordBatch::try_from_iter([("added", added), ("id", ids)]).unwrap();
-        let order = ["id", EMIT_TS, "added", "gone"].map(String::from);
-        let shape = WireShape::new(&batch.schema(), &order);
-        let names: Vec<&str> = shape
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        assert_eq!(names, ["id", EMIT_TS, "added"]);
-        let wire = shape.apply(&batch).unwrap();
-        assert_eq!(wire.num_rows(), 2);
-        assert_eq!(wire.column(0).null_count(), 0);
-        let ts = wire
-            .column(1)
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .unwrap();
-        assert!(
-            ts.value(0) > 1_700_000_000_000_000,
-            "stamped with the wall clock"
+    fn convertible_columns_are_presented_with_the_tables_type_unless_the_catalog_may_widen() {
+        let table = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("n", DataType::Int32, true),
+        ]);
+        let live = live_of("main.bronze.t", &table);
+        let batch = Schema::new(vec![
+            Field::new("id", DataType::Int32, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("new", DataType::Utf8, true),
+        ]);
+        let none = Conversions::default();
+        let keep = presented(&batch, Some(&live), &Policy::default(), none).unwrap();
+        assert_eq!(keep, table_then_new(&table));
+        let widen = Policy {
+            allow_widening: true,
+            ..Policy::default()
+        };
+        let widened = presented(&batch, Some(&live), &widen, none).unwrap();
+        assert_eq!(
+            widened.field(1).data_type(),
+            &DataType::Int64,
+            "the catalog widens"
         );
-        // A table without the column yet (never before the first reconcile, but safe).
-        let shape = WireShape::new(&batch.schema(), &["id".to_owned()]);
-        assert_eq!(shape.schema.fields().len(), 2);
+        assert_eq!(presented(&batch, None, &widen, none).unwrap(), batch);
+        let text = Schema::new(vec![Field::new("id", DataType::Utf8, false)]);
+        let refused = presented(&text, Some(&live), &Policy::default(), none).unwrap_err();
+        assert_eq!(refused.len(), 1);
+        assert!(
+            refused[0].to_string().contains("column `id`"),
+            "{}",
+            refused[0]
+        );
+    }
+
+    fn table_then_new(table: &Schema) -> Schema {
+        let mut fields: Vec<Field> = table.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("new", DataType::Utf8, true));
+        Schema::new(fields)
     }
 }

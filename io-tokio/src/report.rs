@@ -1,5 +1,6 @@
 //! What the sink reports while running and when closed.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -21,8 +22,21 @@ pub struct TableReport {
     pub resubmitted: u64,
     /// Batch schemas reconciled with the table through the catalog (provisioned sinks).
     pub schemas_reconciled: u64,
-    /// Batch schemas the catalog refused (their batches were handed back).
+    /// Batch schemas refused, by the write boundary or the catalog (their batches come back
+    /// from `send`).
     pub schemas_refused: u64,
+    /// The write boundary's decisions, one per column of each schema it planned, by kind
+    /// (`pass`, `lossless_cast`, `checked_cast`, `nested_to_json`, `zoned_to_utc_wall_time`,
+    /// `refused_*`): the plan's `zerobus_type_reconcile_total{kind}`.
+    pub type_reconcile: BTreeMap<&'static str, u64>,
+    /// Columns refused for one of the two loud mismatches (nested values for a STRING column,
+    /// a zoned timestamp for TIMESTAMP_NTZ).
+    pub loud_mismatches: u64,
+    /// Rows the write boundary refused before send (handed back whole or isolated).
+    pub bad_rows: u64,
+    /// Of those, rows isolated (handed to the confirmer's `isolated` while their batch's good
+    /// rows went on).
+    pub isolated_rows: u64,
 }
 
 /// Progress so far, or the summary at close.
@@ -98,6 +112,32 @@ impl Report {
         }
     }
 
+    pub(crate) fn planned<'a>(
+        &mut self,
+        table: TableId,
+        kinds: impl Iterator<Item = &'static str>,
+        refusals: impl Iterator<Item = &'a crate::boundary::ColumnRefusal>,
+    ) {
+        if let Some(t) = self.table(table) {
+            for kind in kinds {
+                *t.type_reconcile.entry(kind).or_default() += 1;
+            }
+            for r in refusals {
+                *t.type_reconcile.entry(r.kind()).or_default() += 1;
+                t.loud_mismatches += u64::from(r.is_loud());
+            }
+        }
+    }
+
+    pub(crate) fn bad_rows(&mut self, table: TableId, rows: u64, isolated: bool) {
+        if let Some(t) = self.table(table) {
+            t.bad_rows += rows;
+            if isolated {
+                t.isolated_rows += rows;
+            }
+        }
+    }
+
     /// Durable rows per second.
     #[must_use]
     pub fn rows_per_sec(&self) -> f64 {
@@ -169,6 +209,16 @@ impl fmt::Display for Report {
                     "; {} schemas reconciled, {} refused",
                     t.schemas_reconciled, t.schemas_refused
                 )?;
+            }
+            if t.bad_rows > 0 {
+                write!(
+                    f,
+                    "; {} bad rows ({} isolated)",
+                    t.bad_rows, t.isolated_rows
+                )?;
+            }
+            if t.loud_mismatches > 0 {
+                write!(f, "; {} loud type mismatches", t.loud_mismatches)?;
             }
         }
         Ok(())

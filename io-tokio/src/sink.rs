@@ -15,7 +15,7 @@ use crate::command::{Control, Submit};
 use crate::config::{TableDef, ZerobusConfig};
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
-use crate::driver::{Driver, Parts};
+use crate::driver::{Definition, Driver, Parts};
 use crate::error::{FlushError, SendError, StartError};
 use crate::provision::{NoCatalog, Provisioning};
 use crate::receipt::Receipt;
@@ -173,7 +173,12 @@ impl<L: Lane> ZerobusSink<L> {
                     provisioned,
                 }),
             ));
-            definitions.push((def.contract, def.role));
+            definitions.push(Definition {
+                contract: def.contract,
+                role: def.role,
+                conversions: def.conversions,
+                bad_rows: def.bad_rows,
+            });
         }
         let mut user_agent = format!("zerobus-sink-rs/{}", env!("CARGO_PKG_VERSION"));
         if let Some(app) = &config.application_name {
@@ -200,6 +205,7 @@ impl<L: Lane> ZerobusSink<L> {
             resubmit: config.resubmit,
             provisioning,
             definitions,
+            max_row_bytes: config.max_row_bytes,
         });
         let task = runtime.spawn(driver.run());
         Ok(ZerobusSink {
@@ -271,8 +277,8 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
             });
         };
         if wire.provisioned {
-            // A schema seen before keeps its id; a new one is checked (it must map to Delta)
-            // and numbered. The core has it reconciled before any batch of it is sent.
+            // A schema seen before keeps its id; a new one is numbered. The driver plans it
+            // against the table (the write boundary) before its first batch is admitted.
             let seen = &mut self.schemas[route.table().index()];
             let schema = batch.schema();
             let index = match seen
@@ -281,14 +287,6 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
             {
                 Some(i) => i,
                 None => {
-                    if let Err(detail) = schema::check_schema(&schema) {
-                        return Err(SendError::SchemaMismatch {
-                            table: wire.name.clone(),
-                            detail,
-                            batch,
-                            token,
-                        });
-                    }
                     seen.push(schema);
                     seen.len() - 1
                 }

@@ -12,7 +12,7 @@ use zerobus_sink::{
     Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{Confirmer, ResubmitPolicy, TableDef, ZerobusConfig};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, ResubmitPolicy, TableDef, ZerobusConfig};
 
 pub const TABLE: &str = "main.bronze.orders";
 
@@ -59,6 +59,8 @@ pub struct Seen {
     pub committed: Vec<i64>,
     /// Failed batches: (first order id of the rows handed back, rows, reason).
     pub failed: Vec<(Option<i64>, usize, String)>,
+    /// Isolated rows: the table, the batch's position, the rows, and each fault in words.
+    pub isolated: Vec<(String, i64, RecordBatch, Vec<String>)>,
 }
 
 /// A confirmer that records into shared state.
@@ -90,6 +92,12 @@ impl Confirmer<Raw> for Recorder {
         self.seen()
             .failed
             .push((first, batch.batch.num_rows(), reason.to_string()));
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        let faults = rows.faults.iter().map(ToString::to_string).collect();
+        self.seen()
+            .isolated
+            .push((table.to_owned(), rows.position.offset, rows.batch, faults));
     }
 }
 

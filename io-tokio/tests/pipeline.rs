@@ -20,7 +20,7 @@ use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, wal};
-use zerobus_sink_tokio::{Confirmer, ResubmitPolicy, Sink, TableDef, ZerobusSink};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, ResubmitPolicy, Sink, TableDef, ZerobusSink};
 
 const ORDERS: &str = "main.shop.orders";
 const LINES: &str = "main.shop.order_lines";
@@ -119,6 +119,14 @@ impl Confirmer<Raw> for Pipeline {
             "{table}: {} rows at {:?}: {why}",
             b.batch.num_rows(),
             b.token.position()
+        ));
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        self.books.lock().unwrap().failed.push(format!(
+            "{table}: {} rows isolated at {:?}: {:?}",
+            rows.batch.num_rows(),
+            rows.position,
+            rows.faults
         ));
     }
 }

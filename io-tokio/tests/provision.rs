@@ -138,7 +138,20 @@ async fn the_sink_creates_the_table_evolves_it_on_drift_and_every_confirmed_row_
         .unwrap()
         .unwrap();
     let names: Vec<&str> = live.columns.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["id", "name", EMIT_TS, "amount"]);
+    assert_eq!(
+        names,
+        [
+            "id",
+            "name",
+            EMIT_TS,
+            "_twg_source_topic",
+            "_twg_source_partition",
+            "_twg_source_start",
+            "_twg_source_end",
+            "_twg_source_row",
+            "amount"
+        ]
+    );
     assert!(
         live.properties.contains_key("twg.sink.test-sink"),
         "registered as a writer"
@@ -157,7 +170,19 @@ async fn the_sink_creates_the_table_evolves_it_on_drift_and_every_confirmed_row_
         let ids = b.column_by_name("id").unwrap();
         let ids = ids.as_any().downcast_ref::<Int64Array>().unwrap();
         let amount = b.column_by_name("amount").unwrap();
+        let topic = b.column_by_name("_twg_source_topic").unwrap();
+        let topic = topic.as_any().downcast_ref::<StringArray>().unwrap();
+        let end = b.column_by_name("_twg_source_end").unwrap();
+        let end = end.as_any().downcast_ref::<Int64Array>().unwrap();
+        let index = b.column_by_name("_twg_source_row").unwrap();
+        let index = index.as_any().downcast_ref::<Int32Array>().unwrap();
         for row in 0..b.num_rows() {
+            // Each row names its batch (the token's offset: the batch's last id) and its index
+            // in it: the key a reader deduplicates replays by.
+            let id = ids.value(row);
+            assert_eq!(topic.value(row), "events");
+            assert_eq!(end.value(row), id / 100 * 100 + 99, "row {id}");
+            assert_eq!(i64::from(index.value(row)), id % 100, "row {id}");
             // Rows from before the drift have no amount; after it, their own id.
             assert_eq!(
                 amount.is_null(row),
@@ -170,49 +195,61 @@ async fn the_sink_creates_the_table_evolves_it_on_drift_and_every_confirmed_row_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_drift_hands_its_batch_back_naming_the_column_and_the_table_keeps_serving() {
+async fn a_refused_drift_comes_back_from_send_naming_the_column_and_the_table_keeps_serving() {
     let rig = Rig::new(|c| c).await;
     let recorder = Recorder::default();
     let mut sink = rig.sink(&recorder);
     send(&mut sink, events(0, 100, false)).await;
     sink.flush().await.unwrap();
-    // `id` narrowed from bigint to int: the catalog refuses it.
-    let narrowed = RecordBatch::try_from_iter([
-        ("id", Arc::new(Int32Array::from(vec![7])) as ArrayRef),
+    // `id` as Int32 for the BIGINT column: a lossless cast, no evolution (and no refusal).
+    let narrower = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int32Array::from(vec![100])) as ArrayRef),
         ("name", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
     ])
     .unwrap();
     let table = sink.table(TABLE).unwrap();
-    let receipt = sink
-        .send(table, narrowed.clone(), Token::raw("events", 0, 100))
-        .await
-        .unwrap();
-    let err = receipt.await.unwrap_err();
-    assert!(err.to_string().contains("id"), "{err}");
-    {
-        let seen = recorder.seen();
-        let [(_, rows, reason)] = seen.failed.as_slice() else {
-            panic!("{:?}", seen.failed)
+    let receipt = sink.send(table, narrower, Token::raw("events", 0, 100));
+    drop(receipt.await.unwrap());
+    // `id` as text: no rule converts it. Refused at describe time, from `send`, naming it.
+    let text = RecordBatch::try_from_iter([
+        ("id", Arc::new(StringArray::from(vec!["7"])) as ArrayRef),
+        ("name", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
+    ])
+    .unwrap();
+    for offset in [101, 102] {
+        let err = sink
+            .send(table, text.clone(), Token::raw("events", 0, offset))
+            .await
+            .unwrap_err();
+        let SendError::Unreconcilable { columns, .. } = &err else {
+            panic!("{err}");
         };
-        assert_eq!(*rows, 1);
-        assert!(
-            reason.contains("refused") && reason.contains("id"),
-            "{reason}"
+        assert_eq!(
+            columns.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["column `id`: no conversion from Utf8 to the table's bigint"]
         );
+        let (batch, token) = err.into_parts().unwrap();
+        assert_eq!((batch.num_rows(), token.position().offset), (1, offset));
     }
-    // Later batches of the refused schema are refused at once, the batch given back.
-    let err = sink
-        .send(table, narrowed, Token::raw("events", 0, 101))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, SendError::Rejected { .. }), "{err}");
-    // The old schema still flows.
-    send(&mut sink, events(100, 100, false)).await;
-    sink.flush().await.unwrap_err(); // the refused batch counts as failed since the last flush
+    // The old schema still flows; nothing reached the confirmer's `failed`.
+    send(&mut sink, events(200, 100, false)).await;
+    sink.flush().await.unwrap();
     let report = sink.close(Duration::from_secs(10)).await;
-    assert_eq!(report.rows, 200, "{report}");
-    assert_eq!(report.tables[0].schemas_refused, 1);
-    assert_eq!(rig.ids().await.len(), 200);
+    assert_eq!(report.rows, 201, "{report}");
+    let t = &report.tables[0];
+    assert_eq!(
+        (t.schemas_reconciled, t.schemas_refused),
+        (2, 1),
+        "{report}"
+    );
+    assert_eq!(
+        t.type_reconcile.get("lossless_cast"),
+        Some(&1),
+        "{report:?}"
+    );
+    assert_eq!(t.type_reconcile.get("refused_unconvertible"), Some(&1));
+    assert!(recorder.seen().failed.is_empty());
+    assert_eq!(rig.ids().await.len(), 201);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

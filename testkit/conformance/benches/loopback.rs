@@ -17,7 +17,7 @@ use zerobus_sink::{
     WindowLimits,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{Confirmer, Sink, TableDef, ZerobusConfig, ZerobusSink};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink};
 
 const BATCHES: i64 = 400;
 const ROWS: i64 = 5_000;
@@ -29,6 +29,9 @@ impl Confirmer<Raw> for Count {
     }
     fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
         panic!("{table}: batch failed in the benchmark: {why}");
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
     }
 }
 

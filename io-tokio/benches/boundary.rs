@@ -1,0 +1,196 @@
+//! What the write boundary costs on the no-mismatch path: the same rows on the same emulator,
+//! once through a sink that takes its table as it is (the batches already carry the six
+//! `_twg_*` columns, so the wire bytes are the same) and once through a provisioned sink whose
+//! boundary plans the schema, checks every batch and stamps the six columns itself. A third
+//! run sends a nullable field for a NOT NULL column and an `Int32` for a BIGINT column (a null
+//! check and a cast per batch, still no bad row). Alternated, 5 rounds; medians and ratios from
+//! one run (the machine is noisy):
+//!
+//! ```text
+//! cargo bench -p zerobus-sink-tokio --bench boundary
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{
+    ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use zerobus_sink::{Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, Token};
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_tokio::{
+    Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink,
+};
+
+const BATCHES: i64 = 200;
+const ROWS: i64 = 5_000;
+
+struct Count;
+impl Confirmer<Raw> for Count {
+    fn confirmed(&mut self, _: &str, _: Confirmation<Raw>) {}
+    fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
+        panic!("{table}: batch failed in the benchmark: {why}");
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
+    }
+}
+
+/// The payload of batch `b`; `mismatched`: `id` as a nullable Int32 (no nulls).
+fn payload(b: i64, mismatched: bool) -> Vec<(&'static str, ArrayRef, bool)> {
+    let r = b * ROWS..(b + 1) * ROWS;
+    let id: ArrayRef = if mismatched {
+        Arc::new(Int32Array::from_iter_values(r.clone().map(|i| i as i32)))
+    } else {
+        Arc::new(Int64Array::from_iter_values(r.clone()))
+    };
+    let customer: ArrayRef = Arc::new(StringArray::from_iter_values(
+        r.clone().map(|i| format!("customer-{:05}", i % 10_007)),
+    ));
+    let amount: ArrayRef = Arc::new(Float64Array::from_iter_values(
+        r.map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
+    ));
+    vec![
+        ("id", id, mismatched),
+        ("customer", customer, false),
+        ("amount", amount, false),
+    ]
+}
+
+fn batch(columns: Vec<(&'static str, ArrayRef, bool)>) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(n, a, nullable)| Field::new(*n, a.data_type().clone(), *nullable))
+        .collect();
+    let arrays = columns.into_iter().map(|(_, a, _)| a).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
+}
+
+/// Batch `b` with the six columns a provisioned sink stamps, filled in beforehand.
+fn stamped(b: i64) -> RecordBatch {
+    let n = ROWS as usize;
+    let mut columns = payload(b, false);
+    let ts = TimestampMicrosecondArray::from_value(1_700_000_000_000_000, n).with_timezone("UTC");
+    columns.extend([
+        ("_twg_emit_ts", Arc::new(ts) as ArrayRef, false),
+        (
+            "_twg_source_topic",
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                "bench", n,
+            ))),
+            true,
+        ),
+        (
+            "_twg_source_partition",
+            Arc::new(Int32Array::from_value(0, n)),
+            true,
+        ),
+        (
+            "_twg_source_start",
+            Arc::new(Int64Array::from_value(b, n)),
+            true,
+        ),
+        (
+            "_twg_source_end",
+            Arc::new(Int64Array::from_value(b, n)),
+            true,
+        ),
+        (
+            "_twg_source_row",
+            Arc::new(Int32Array::from_iter_values(0..ROWS as i32)),
+            true,
+        ),
+    ]);
+    batch(columns)
+}
+
+async fn run(
+    emu: &Emulator,
+    catalog: Option<LocalDelta>,
+    table: &str,
+    batches: &[RecordBatch],
+) -> Duration {
+    let def = TableDef::new(table, batches[0].schema()).sizing(PoolSizing::fixed(1));
+    let config = ZerobusConfig::new(emu.url());
+    let mut sink = match catalog {
+        None => ZerobusSink::<Raw>::start(config, vec![def], Count).unwrap(),
+        Some(c) => ZerobusSink::<Raw>::start_provisioned(
+            config,
+            vec![def],
+            Count,
+            Provisioning::new(c, "bench"),
+        )
+        .unwrap(),
+    };
+    let id = sink.table(table).unwrap();
+    let started = Instant::now();
+    for (i, b) in batches.iter().enumerate() {
+        let _receipt = sink
+            .send(id, b.clone(), Token::raw("bench", 0, i as i64))
+            .await
+            .unwrap();
+    }
+    sink.flush().await.unwrap();
+    let took = started.elapsed();
+    let report = sink.close(Duration::from_secs(60)).await;
+    assert_eq!(report.rows, batches.len() as u64 * ROWS as u64);
+    took
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let plain: Vec<RecordBatch> = (0..BATCHES).map(stamped).collect();
+        let clean: Vec<RecordBatch> = (0..BATCHES).map(|b| batch(payload(b, false))).collect();
+        let cast: Vec<RecordBatch> = (0..BATCHES).map(|b| batch(payload(b, true))).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let emu = Emulator::start(EmulatorConfig::new(dir.path().join("wal")))
+            .await
+            .unwrap();
+        let tables = dir.path().join("tables");
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..5 {
+            a.push(run(&emu, None, &format!("main.bench.plain{round}"), &plain).await);
+            let catalog = || Some(LocalDelta::new(&tables));
+            b.push(run(&emu, catalog(), &format!("main.bench.clean{round}"), &clean).await);
+            // The table exists (BIGINT NOT NULL id) before the mismatched batches arrive.
+            run(
+                &emu,
+                catalog(),
+                &format!("main.bench.cast{round}"),
+                &clean[..1],
+            )
+            .await;
+            c.push(run(&emu, catalog(), &format!("main.bench.cast{round}"), &cast).await);
+        }
+        let rows = (BATCHES * ROWS) as f64;
+        let (a, b, c) = (median(a), median(b), median(c));
+        let rps = |d: Duration| rows / d.as_secs_f64();
+        println!("{BATCHES} batches x {ROWS} rows, 1 stream, 0 ms acks, zstd; medians of 5");
+        println!(
+            "as it is, _twg_* filled by the caller: {:>10.0} rows/s",
+            rps(a)
+        );
+        println!(
+            "boundary, no mismatch (plan, check, stamp): {:>10.0} rows/s ({:.3}x)",
+            rps(b),
+            a.as_secs_f64() / b.as_secs_f64()
+        );
+        println!(
+            "boundary, null check + Int32->BIGINT cast: {:>10.0} rows/s ({:.3}x)",
+            rps(c),
+            a.as_secs_f64() / c.as_secs_f64()
+        );
+    });
+}
