@@ -17,7 +17,7 @@ use arrow_array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
     TimestampMicrosecondArray,
 };
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_schema::{Field, Schema};
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, Token};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};

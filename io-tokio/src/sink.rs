@@ -117,16 +117,19 @@ impl<L: Lane> ZerobusSink<L> {
     }
 
     /// Starts a sink that provisions and evolves its tables through a catalog (seed 5.1): the
-    /// Unity Catalog backend for Databricks, the local backend for `zerobus-local`. Before a
-    /// table's first stream opens, the table is reconciled from the batch's Arrow schema
-    /// (created if absent, with the reserved `_twg_*` columns and the contract's comments and
-    /// properties) and the sink registers as its writer. A batch whose schema differs from
-    /// those seen so far triggers one reconcile (added columns; widening as the policy allows);
-    /// the table's streams drain and reopen with the new schema; earlier batches confirm in
-    /// order. A refused schema hands its batches to the confirmer's `failed`, naming every
-    /// refusal, and later batches of it are refused at `send`; the table keeps serving its
-    /// other schemas. Each row is stamped with `_twg_emit_ts` when sent. Refused at start as
-    /// [`start`](Self::start) refuses, and a keyed table (provision it before starting).
+    /// Unity Catalog backend for Databricks, the local backend for `zerobus-local`. A table's
+    /// first batch of each schema waits while the table is described, reconciled (created if
+    /// absent, with the reserved `_twg_*` columns and the contract's comments and properties;
+    /// added columns; widening as the policy allows) and the schema planned by the write
+    /// boundary ([`boundary`](crate::boundary), `docs/write-boundary.md`); the sink registers
+    /// as the table's writer once. On a drift the table's streams drain and reopen with the
+    /// new schema; earlier batches confirm in order. A schema that cannot be written comes back
+    /// from `send` as [`SendError::Unreconcilable`](crate::SendError), every column named, and
+    /// so do its later batches; the table keeps serving its other schemas. Rows the table
+    /// would refuse are found before send (see [`BadRows`](crate::BadRows)). Each row is
+    /// stamped with `_twg_emit_ts` and its `_twg_source_*` position when sent. Refused at
+    /// start as [`start`](Self::start) refuses, and a keyed table (provision it before
+    /// starting).
     pub fn start_provisioned<C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static>(
         config: ZerobusConfig,
         tables: Vec<TableDef>,

@@ -226,7 +226,8 @@ impl Books {
                 (slots, 1)
             };
             let (normal, lone) = self.apart_from_lone(|p| p == Place::Queue(*table));
-            if !held.within(l, n) && !(normal.within(l, n) && lone <= most_lone) {
+            let bounded = held.within(l, n) || (normal.within(l, n) && lone <= most_lone);
+            if !bounded {
                 return Err(violation(
                     8,
                     format!(
@@ -243,7 +244,8 @@ impl Books {
             .fold(Held::default(), |a, b| a.plus(*b));
         let (normal, lone) = self.apart_from_lone(|_| true);
         let n: u64 = self.table_slots.values().sum::<u64>().max(1);
-        if !total.within(l, 2 * n) && !(normal.within(l, 2 * n) && lone <= 2 * n) {
+        let bounded = total.within(l, 2 * n) || (normal.within(l, 2 * n) && lone <= 2 * n);
+        if !bounded {
             return Err(violation(
                 8,
                 format!(
