@@ -8,6 +8,7 @@ use arrow_array::{
     Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
     make_array,
 };
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_json::writer::{EncoderOptions, make_encoder};
 use arrow_schema::{ArrowError, DataType, Field, TimeUnit};
 use zerobus_sink::SourceSpan;
@@ -59,13 +60,12 @@ impl RowIds {
     fn column(&self, rows: usize) -> Int32Array {
         let id = |i: u64| i32::try_from(i).unwrap_or(i32::MAX);
         match self {
-            RowIds::From(first) => (0..rows as u64).map(|i| id(first + i)).collect(),
-            RowIds::Listed(ids, at) => ids
-                .iter()
-                .skip(*at)
-                .take(rows)
-                .map(|&i| id(u64::from(i)))
-                .collect(),
+            RowIds::From(first) => {
+                Int32Array::from_iter_values((0..rows as u64).map(|i| id(first + i)))
+            }
+            RowIds::Listed(ids, at) => Int32Array::from_iter_values(
+                ids.iter().skip(*at).take(rows).map(|&i| id(u64::from(i))),
+            ),
         }
     }
 }
@@ -79,12 +79,60 @@ pub(crate) struct Stamps<'a> {
     pub(crate) rows: &'a RowIds,
 }
 
+/// The stamp columns that repeat from one send to the next (a source partition's topic and
+/// number, the row indices of whole batches), kept from the last send, so that a send costs an
+/// `Arc` clone for them rather than a new array.
+#[derive(Debug, Default)]
+pub(crate) struct StampCache {
+    topic: Option<(String, usize, ArrayRef)>,
+    partition: Option<(u32, usize, ArrayRef)>,
+    rows: Option<(u64, usize, ArrayRef)>,
+}
+
+impl StampCache {
+    fn topic(&mut self, topic: &str, n: usize) -> ArrayRef {
+        match &self.topic {
+            Some((t, m, a)) if t == topic && *m == n => a.clone(),
+            _ => {
+                let a: ArrayRef = Arc::new(repeated(topic, n));
+                self.topic = Some((topic.to_owned(), n, a.clone()));
+                a
+            }
+        }
+    }
+
+    fn partition(&mut self, partition: u32, n: usize) -> ArrayRef {
+        match &self.partition {
+            Some((p, m, a)) if *p == partition && *m == n => a.clone(),
+            _ => {
+                let value = i32::try_from(partition).unwrap_or(i32::MAX);
+                let a: ArrayRef = Arc::new(Int32Array::from_value(value, n));
+                self.partition = Some((partition, n, a.clone()));
+                a
+            }
+        }
+    }
+
+    fn rows(&mut self, rows: &RowIds, n: usize) -> ArrayRef {
+        match (rows, &self.rows) {
+            (RowIds::From(first), Some((f, m, a))) if f == first && *m == n => a.clone(),
+            (RowIds::From(first), _) => {
+                let a: ArrayRef = Arc::new(rows.column(n));
+                self.rows = Some((*first, n, a.clone()));
+                a
+            }
+            (RowIds::Listed(..), _) => Arc::new(rows.column(n)),
+        }
+    }
+}
+
 impl Plan {
     /// `batch` as the stream carries it.
     pub(crate) fn apply(
         &self,
         batch: &RecordBatch,
         stamps: &Stamps<'_>,
+        cache: &mut StampCache,
     ) -> Result<RecordBatch, ArrowError> {
         if self.identity {
             return Ok(batch.clone());
@@ -96,7 +144,7 @@ impl Plan {
             .map(|source| {
                 Ok(match source {
                     Source::Batch { index, rule, .. } => convert(batch.column(*index), rule)?,
-                    Source::Stamp(stamp) => stamp_column(*stamp, n, stamps),
+                    Source::Stamp(stamp) => stamp_column(*stamp, n, stamps, cache),
                 })
             })
             .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
@@ -104,32 +152,31 @@ impl Plan {
     }
 }
 
-fn stamp_column(stamp: Stamp, n: usize, stamps: &Stamps<'_>) -> ArrayRef {
-    let origin = stamps.origin;
-    match stamp {
-        Stamp::EmitTs => Arc::new(
+fn stamp_column(stamp: Stamp, n: usize, stamps: &Stamps<'_>, cache: &mut StampCache) -> ArrayRef {
+    match (stamp, stamps.origin) {
+        (Stamp::EmitTs, _) => Arc::new(
             TimestampMicrosecondArray::from_value(stamps.emit_micros, n).with_timezone("UTC"),
         ),
-        Stamp::Topic => match origin {
-            Some(o) => {
-                let mut b = StringBuilder::with_capacity(n, n * o.topic.len());
-                for _ in 0..n {
-                    b.append_value(&o.topic);
-                }
-                Arc::new(b.finish())
-            }
-            None => Arc::new(StringArray::new_null(n)),
-        },
-        Stamp::Partition => Arc::new(Int32Array::from(vec![
-            origin.map(|o| {
-                i32::try_from(o.partition).unwrap_or(i32::MAX)
-            });
-            n
-        ])),
-        Stamp::Start => Arc::new(Int64Array::from(vec![origin.map(|o| o.start); n])),
-        Stamp::End => Arc::new(Int64Array::from(vec![origin.map(|o| o.end); n])),
-        Stamp::Row => Arc::new(stamps.rows.column(n)),
+        (Stamp::Topic, Some(o)) => cache.topic(&o.topic, n),
+        (Stamp::Partition, Some(o)) => cache.partition(o.partition, n),
+        (Stamp::Start, Some(o)) => Arc::new(Int64Array::from_value(o.start, n)),
+        (Stamp::End, Some(o)) => Arc::new(Int64Array::from_value(o.end, n)),
+        (Stamp::Row, _) => cache.rows(stamps.rows, n),
+        (Stamp::Topic, None) => Arc::new(StringArray::new_null(n)),
+        (Stamp::Partition, None) => Arc::new(Int32Array::new_null(n)),
+        (Stamp::Start | Stamp::End, None) => Arc::new(Int64Array::new_null(n)),
     }
+}
+
+/// `value` `n` times, built as two buffers (a builder's per-value appends cost several times
+/// more, on every batch).
+fn repeated(value: &str, n: usize) -> StringArray {
+    let len = i32::try_from(value.len()).unwrap_or(i32::MAX);
+    let offsets: ScalarBuffer<i32> = (0..=n)
+        .map(|i| len.saturating_mul(i32::try_from(i).unwrap_or(i32::MAX)))
+        .collect();
+    let values = Buffer::from(value.repeat(n).into_bytes());
+    StringArray::new(OffsetBuffer::new(offsets), values, None)
 }
 
 /// One column converted by its rule.
@@ -231,16 +278,15 @@ mod tests {
             end: 19,
         };
         let rows = RowIds::Listed(Arc::from(vec![4u32, 9]), 0);
-        let wire = plan
-            .apply(
-                &batch,
-                &Stamps {
-                    emit_micros: 42,
-                    origin: Some(&origin),
-                    rows: &rows,
-                },
-            )
-            .unwrap();
+        let stamps = Stamps {
+            emit_micros: 42,
+            origin: Some(&origin),
+            rows: &rows,
+        };
+        let mut cache = StampCache::default();
+        let wire = plan.apply(&batch, &stamps, &mut cache).unwrap();
+        let again = plan.apply(&batch, &stamps, &mut cache).unwrap();
+        assert_eq!(wire, again, "the cached stamps are the same columns");
         let tags = wire.column_by_name("tags").unwrap().as_string::<i32>();
         assert_eq!(tags.value(0), "[1,2]");
         assert!(tags.is_null(1), "a null stays null");

@@ -24,7 +24,7 @@ use zerobus_sink_catalog::{Contract, Role, TableCatalog};
 
 mod admission;
 
-use crate::boundary::apply::{Origin, RowIds, Stamps};
+use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
 use crate::boundary::{BadRows, ColumnRefusal, Conversions, Plan};
 
 use crate::command::{Control, Submit};
@@ -162,6 +162,7 @@ pub(crate) struct Driver<L: Lane, C, P> {
     definitions: Vec<Definition>,
     max_row_bytes: u64,
     shapes: Shapes,
+    stamp_cache: StampCache,
     answers_tx: mpsc::UnboundedSender<(TableId, SchemaId, Answer)>,
     answers: mpsc::UnboundedReceiver<(TableId, SchemaId, Answer)>,
 }
@@ -199,6 +200,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             definitions: parts.definitions,
             max_row_bytes: parts.max_row_bytes,
             shapes: Shapes::default(),
+            stamp_cache: StampCache::default(),
             answers_tx,
             answers,
         }
@@ -473,12 +475,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                                 origin: t.batch.origin.as_deref(),
                                 rows: &t.batch.rows,
                             };
-                            plan.apply(&t.batch.batch, &stamps).unwrap_or_else(|e| {
-                                // Cannot happen (the plan was made from this schema and its
-                                // rows checked); the service will refuse and name it.
-                                tracing::error!(error = %e, "converting a batch for the wire");
-                                t.batch.batch.clone()
-                            })
+                            let cache = &mut self.stamp_cache;
+                            plan.apply(&t.batch.batch, &stamps, cache)
+                                .unwrap_or_else(|e| {
+                                    // Cannot happen (the plan was made from this schema and its
+                                    // rows checked); the service will refuse and name it.
+                                    tracing::error!(error = %e, "converting a batch for the wire");
+                                    t.batch.batch.clone()
+                                })
                         }
                         _ => t.batch.batch,
                     };
