@@ -6,7 +6,8 @@
 //! [`WindowLimits`]; a table's queue (order-agnostic tables) at most its slot count times them;
 //! so the sink holds at most twice the sum over tables of `slots x WindowLimits`. A batch
 //! larger than the limits alone is admitted only into an empty queue or window and holds it
-//! alone: such batches are counted apart, at most one per slot and one per queue.
+//! alone: so where books merge places, the largest batches (one per place) are set apart
+//! before the limits are checked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -191,23 +192,27 @@ impl Books {
         }
     }
 
-    /// What the places `keep` selects hold, apart from batches larger than the limits alone,
-    /// and how many of those they hold.
-    fn apart_from_lone(&self, keep: impl Fn(Place) -> bool) -> (Held, u64) {
-        let l = &self.limits;
-        let mut held = Held::default();
-        let mut lone = 0;
-        for &(rows, bytes, place) in self.batches.values() {
-            if !keep(place) {
-                continue;
-            }
-            if rows > l.max_rows || bytes > l.max_bytes {
-                lone += 1;
-            } else {
-                held.add(rows, bytes);
+    /// What the places `keep` selects hold apart from their `k` largest batches (by rows and
+    /// by bytes, each bound on its own). Each place holds either what its limits allow or one
+    /// batch alone, however large; so with `k` places, what is left once the `k` largest are
+    /// set apart is within the places' limits.
+    fn apart_from_largest(&self, keep: impl Fn(Place) -> bool, k: u64) -> Held {
+        let mut rows: Vec<u64> = Vec::new();
+        let mut bytes: Vec<u64> = Vec::new();
+        for &(r, b, place) in self.batches.values() {
+            if keep(place) {
+                rows.push(r);
+                bytes.push(b);
             }
         }
-        (held, lone)
+        rows.sort_unstable_by(|a, b| b.cmp(a));
+        bytes.sort_unstable_by(|a, b| b.cmp(a));
+        let skip = usize::try_from(k).unwrap_or(usize::MAX);
+        Held {
+            batches: (rows.len() as u64).saturating_sub(k),
+            rows: rows.iter().skip(skip).sum(),
+            bytes: bytes.iter().skip(skip).sum(),
+        }
     }
 
     /// Invariant 8, from these books alone.
@@ -218,21 +223,20 @@ impl Books {
         }
         for (table, held) in &self.queues {
             let slots = self.table_slots.get(table).copied().unwrap_or(1);
-            // Provisioned: the queue and the batches its slots hold unsent (one lone batch
-            // each, and one in the queue).
-            let (n, most_lone) = if self.provisioned.contains(table) {
+            // Provisioned: the queue and the batches its slots hold unsent, so as many places
+            // as slots plus one, each within its limits or holding one batch alone.
+            let (n, places) = if self.provisioned.contains(table) {
                 (2 * slots, slots + 1)
             } else {
                 (slots, 1)
             };
-            let (normal, lone) = self.apart_from_lone(|p| p == Place::Queue(*table));
-            let bounded = held.within(l, n) || (normal.within(l, n) && lone <= most_lone);
-            if !bounded {
+            let rest = self.apart_from_largest(|p| p == Place::Queue(*table), places);
+            if !held.within(l, n) && !rest.within(l, n) {
                 return Err(violation(
                     8,
                     format!(
-                        "{table} queues {held:?} ({lone} batches larger than a window alone) \
-                         beyond {n} x {l:?}"
+                        "{table} queues {held:?}, {rest:?} apart from its {places} largest \
+                         batches, beyond {n} x {l:?}"
                     ),
                 ));
             }
@@ -242,15 +246,15 @@ impl Books {
             .values()
             .chain(self.queues.values())
             .fold(Held::default(), |a, b| a.plus(*b));
-        let (normal, lone) = self.apart_from_lone(|_| true);
         let n: u64 = self.table_slots.values().sum::<u64>().max(1);
-        let bounded = total.within(l, 2 * n) || (normal.within(l, 2 * n) && lone <= 2 * n);
-        if !bounded {
+        let places = n + self.table_slots.len() as u64;
+        let rest = self.apart_from_largest(|_| true, places);
+        if !total.within(l, 2 * n) && !rest.within(l, 2 * n) {
             return Err(violation(
                 8,
                 format!(
-                    "the sink holds {total:?} ({lone} batches larger than a window alone), \
-                     beyond 2 x {n} slots x {l:?}"
+                    "the sink holds {total:?}, {rest:?} apart from its {places} largest \
+                     batches, beyond 2 x {n} slots x {l:?}"
                 ),
             ));
         }
