@@ -3,7 +3,7 @@
 //! rejection, and nothing is silently NULLed or dropped.
 //!
 //! - **Once per schema** (when the table is described, never per batch), each incoming column
-//!   is matched with the column the table declares, by a rule from [`rules`]: pass, a lossless
+//!   is matched with the column the table declares, by a rule (`rules.rs`): pass, a lossless
 //!   cast to the wire type the table wants, a *checked* cast (the value must fit; a row whose
 //!   value does not is a bad row), nested values as JSON text into a STRING column, or a zoned
 //!   timestamp as its UTC wall time into TIMESTAMP_NTZ (both opt-in through [`Conversions`]).

@@ -273,6 +273,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 if answer.is_some() {
                     break answer;
                 }
+                if answers.is_closed() {
+                    // The sink has stopped: nobody waits for this schema any more.
+                    return;
+                }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(30));
             };
