@@ -135,6 +135,7 @@ mod backoff;
 mod batch;
 mod classify;
 mod config;
+mod coverage;
 mod error;
 mod event;
 mod ids;
@@ -150,6 +151,7 @@ mod window;
 pub use batch::Batch;
 pub use classify::{ErrorClass, SchemaCause};
 pub use config::{RetryPolicy, SinkConfig, WindowLimits};
+pub use coverage::Coverage;
 pub use error::{
     Bound, Code, ConfigError, ErrorInfo, FailureReason, ProtocolError, RejectReason, Rejected,
     StreamError,
