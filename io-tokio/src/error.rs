@@ -146,22 +146,15 @@ impl<L: Lane> fmt::Display for SendError<L> {
                     "batch does not match the schema of table {table}: {detail}"
                 )
             }
-            SendError::Unreconcilable { table, columns, .. } => {
-                let columns: Vec<String> = columns.iter().map(ToString::to_string).collect();
-                write!(
-                    f,
-                    "batch schema cannot be written to table {table}: {}",
-                    columns.join("; ")
-                )
-            }
+            SendError::Unreconcilable { table, columns, .. } => write!(
+                f,
+                "batch schema cannot be written to table {table}: {}",
+                boundary::joined(columns, usize::MAX)
+            ),
             SendError::BadRows { table, faults, .. } => write!(
                 f,
                 "{} rows of the batch would be refused by table {table}: {}",
-                faults
-                    .iter()
-                    .map(|x| x.row)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len(),
+                boundary::rows_named(faults),
                 boundary::describe(faults)
             ),
             SendError::UnknownTable { table, .. } => write!(f, "{table} is not registered"),

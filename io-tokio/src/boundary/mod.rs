@@ -126,19 +126,33 @@ impl fmt::Display for RowFault {
     }
 }
 
-/// Every fault, one per line item, for errors and logs (values are never included).
+/// Every fault, one per item, for errors and logs (values are never included); past 20, a
+/// count of the rest.
 pub(crate) fn describe(faults: &[RowFault]) -> String {
-    const SHOWN: usize = 20;
-    let mut s = faults
+    joined(faults, 20)
+}
+
+/// The items in words, `; `-separated; past `shown`, a count of the rest.
+pub(crate) fn joined<T: fmt::Display>(items: &[T], shown: usize) -> String {
+    let mut s = items
         .iter()
-        .take(SHOWN)
+        .take(shown)
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
-    if faults.len() > SHOWN {
-        s.push_str(&format!("; and {} more", faults.len() - SHOWN));
+    if items.len() > shown {
+        s.push_str(&format!("; and {} more", items.len() - shown));
     }
     s
+}
+
+/// How many distinct rows `faults` name (a row may have several faults).
+pub(crate) fn rows_named(faults: &[RowFault]) -> usize {
+    faults
+        .iter()
+        .map(|f| f.row)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 /// Why a column of a batch schema cannot be written to its table, decided once per schema.

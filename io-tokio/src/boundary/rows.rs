@@ -155,24 +155,42 @@ fn unfit(column: &ArrayRef, rule: &Rule) -> Result<BooleanArray, ArrowError> {
 fn row_bytes(batch: &RecordBatch) -> Vec<u64> {
     let mut sizes = vec![0u64; batch.num_rows()];
     for column in batch.columns() {
-        add_sizes(column.as_ref(), &mut sizes);
+        add_sizes(column, &mut sizes);
     }
     sizes
 }
 
-fn add_sizes(column: &dyn Array, sizes: &mut [u64]) {
+fn add_sizes(column: &ArrayRef, sizes: &mut [u64]) {
     fn add(sizes: &mut [u64], f: impl Fn(usize) -> usize) {
         for (i, s) in sizes.iter_mut().enumerate() {
             *s += f(i) as u64;
         }
     }
     match column.data_type() {
-        DataType::Utf8 => add(sizes, |i| column.as_string::<i32>().value(i).len()),
-        DataType::LargeUtf8 => add(sizes, |i| column.as_string::<i64>().value(i).len()),
-        DataType::Binary => add(sizes, |i| column.as_binary::<i32>().value(i).len()),
-        DataType::LargeBinary => add(sizes, |i| column.as_binary::<i64>().value(i).len()),
-        DataType::Utf8View => add(sizes, |i| column.as_string_view().value(i).len()),
-        DataType::BinaryView => add(sizes, |i| column.as_binary_view().value(i).len()),
+        DataType::Utf8 => {
+            let a = column.as_string::<i32>();
+            add(sizes, |i| a.value(i).len());
+        }
+        DataType::LargeUtf8 => {
+            let a = column.as_string::<i64>();
+            add(sizes, |i| a.value(i).len());
+        }
+        DataType::Binary => {
+            let a = column.as_binary::<i32>();
+            add(sizes, |i| a.value(i).len());
+        }
+        DataType::LargeBinary => {
+            let a = column.as_binary::<i64>();
+            add(sizes, |i| a.value(i).len());
+        }
+        DataType::Utf8View => {
+            let a = column.as_string_view();
+            add(sizes, |i| a.value(i).len());
+        }
+        DataType::BinaryView => {
+            let a = column.as_binary_view();
+            add(sizes, |i| a.value(i).len());
+        }
         t => match t.primitive_width() {
             Some(width) => add(sizes, |_| width),
             None => add(sizes, |i| {

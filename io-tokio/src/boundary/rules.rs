@@ -106,23 +106,21 @@ fn cast_kind(incoming: &DataType, declared: &DeltaType) -> Option<bool> {
     if let (Some(target), Some(need)) = (target_bits, signed_bits(incoming)) {
         return Some(need > target);
     }
-    match (declared, incoming) {
+    match (declared, incoming, signed_bits(incoming), digits(incoming)) {
         // A float holds integers exactly up to 2^24 (FLOAT) and 2^53 (DOUBLE).
-        (D::Float, A::Float16) | (D::Double, A::Float16 | A::Float32) => Some(false),
-        (D::Float | D::Double, _) if signed_bits(incoming).is_some() => {
-            let exact = if *declared == D::Float { 24 } else { 53 };
-            Some(signed_bits(incoming).is_some_and(|b| b > exact))
+        (D::Float, A::Float16, ..) | (D::Double, A::Float16 | A::Float32, ..) => Some(false),
+        (D::Float, _, Some(bits), _) => Some(bits > 24),
+        (D::Double, _, Some(bits), _) => Some(bits > 53),
+        (D::Decimal { precision, scale }, _, _, Some(d)) => {
+            Some(d > precision.saturating_sub(*scale))
         }
-        (D::Decimal { precision, scale }, _) if digits(incoming).is_some() => {
-            Some(digits(incoming).is_some_and(|d| d > precision.saturating_sub(*scale)))
-        }
-        (D::Decimal { precision, scale }, A::Decimal128(p, s)) => {
+        (D::Decimal { precision, scale }, A::Decimal128(p, s), ..) => {
             let s = u8::try_from(*s).ok()?;
             Some(!(*scale >= s && precision.saturating_sub(*scale) >= p.saturating_sub(s)))
         }
-        (D::Decimal { .. }, A::Decimal256(..)) | (D::Date, A::Date64) => Some(true),
-        (D::Timestamp, A::Timestamp(unit, Some(_)))
-        | (D::TimestampNtz, A::Timestamp(unit, None)) => Some(*unit == TimeUnit::Nanosecond),
+        (D::Decimal { .. }, A::Decimal256(..), ..) | (D::Date, A::Date64, ..) => Some(true),
+        (D::Timestamp, A::Timestamp(unit, Some(_)), ..)
+        | (D::TimestampNtz, A::Timestamp(unit, None), ..) => Some(*unit == TimeUnit::Nanosecond),
         _ => None,
     }
 }

@@ -4,7 +4,6 @@
 //! ([`crate::boundary`]): bad rows fail the batch or are isolated, and what remains goes to
 //! the core with its stamps (origin, row indices).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use zerobus_sink_catalog::TableCatalog;
 use super::{Blocked, Driver, Planned, Tagged};
 use crate::boundary::apply::{Origin, RowIds};
 use crate::boundary::rows::{self, Verdict};
-use crate::boundary::{self, ColumnRefusal, IsolatedRows, Plan};
+use crate::boundary::{self, IsolatedRows, Plan};
 use crate::command::Submit;
 use crate::confirmer::Confirmer;
 use crate::conn::TableWire;
@@ -114,11 +113,11 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             }
             Verdict::Fail(faults) => faults,
         };
-        let rows: HashSet<usize> = faults.iter().map(|f| f.row).collect();
-        self.report.bad_rows(table, rows.len() as u64, false);
+        let rows = boundary::rows_named(&faults);
+        self.report.bad_rows(table, rows as u64, false);
         tracing::warn!(
             table = %name,
-            rows = rows.len(),
+            rows,
             faults = %boundary::describe(&faults),
             "batch refused before send: rows the table would refuse"
         );
@@ -234,7 +233,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     pub(super) fn reconcile(&mut self, now: Time, table: TableId, schema: SchemaId) {
         let outcome = match self.shapes.plans.get(&(table, schema)) {
             Some(Planned::Ready(..)) => Ok(()),
-            Some(Planned::Refused(columns)) => Err(words(columns)),
+            Some(Planned::Refused(columns)) => Err(boundary::joined(columns, usize::MAX)),
             // Still asking: the core asks again after its reconcile timeout.
             _ => return,
         };
@@ -323,7 +322,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             tracing::error!(
                 table = %name,
                 %schema,
-                refused = %words(refusals),
+                refused = %boundary::joined(refusals, usize::MAX),
                 "schema refused; its batches come back from send"
             );
         }
@@ -331,13 +330,4 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             .reconciled(table, matches!(planned, Planned::Ready(..)));
         self.shapes.plans.insert((table, schema), planned);
     }
-}
-
-/// Every refusal, in words.
-fn words(refusals: &[ColumnRefusal]) -> String {
-    refusals
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
 }
