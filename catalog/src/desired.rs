@@ -95,7 +95,7 @@ pub enum Role {
 
 /// The properties a primary-raw table must have where recovery reads it through Iceberg (Unity
 /// Catalog): Iceberg reads on, column mapping by name, deletion vectors off. See
-/// [`PrimaryRawShape`](crate::plan::PrimaryRawShape).
+/// [`PrimaryRawShape`](crate::primary_raw::PrimaryRawShape).
 pub const PRIMARY_RAW_PROPERTIES: [(&str, &str); 4] = [
     ("delta.enableIcebergCompatV2", "true"),
     ("delta.universalFormat.enabledFormats", "iceberg"),
@@ -140,7 +140,7 @@ impl DesiredTable {
     /// The table `table` should be to take batches of `schema`: every field mapped to Delta
     /// (a named error for any that cannot be), the contract's descriptions and properties, the
     /// reserved columns with their built-in descriptions. The role's properties depend on the
-    /// backend, so the plan adds them ([`PrimaryRawShape`](crate::plan::PrimaryRawShape)).
+    /// backend, so the plan adds them ([`PrimaryRawShape`](crate::primary_raw::PrimaryRawShape)).
     pub fn from_arrow(
         table: TableRef,
         schema: &Schema,

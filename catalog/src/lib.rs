@@ -52,6 +52,7 @@ mod desired;
 mod error;
 mod live;
 pub mod plan;
+pub mod primary_raw;
 mod refusal;
 mod table_ref;
 pub mod types;
@@ -71,8 +72,7 @@ pub use desired::{
 };
 pub use error::CatalogError;
 pub use live::{LiveColumn, LiveTable, Protocol};
-pub use plan::{
-    Action, HumanEdits, Policy, PrimaryRawShape, ReconcilePlan, Refusal, RefusalReason, plan,
-};
+pub use plan::{Action, HumanEdits, Policy, ReconcilePlan, Refusal, RefusalReason, plan};
+pub use primary_raw::{PrimaryRawError, PrimaryRawProof, PrimaryRawShape, Unmet};
 pub use table_ref::{TableRef, is_identifier_safe};
 pub use types::{DeltaField, DeltaType, VARIANT_EXTENSION, Widening};

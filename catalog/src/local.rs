@@ -34,7 +34,8 @@ use crate::catalog::{
 use crate::desired::{DesiredColumn, DesiredTable};
 use crate::error::CatalogError;
 use crate::live::{LiveColumn, LiveTable, Protocol};
-use crate::plan::{Action, Policy, PrimaryRawShape, plan};
+use crate::plan::{Action, Policy, plan};
+use crate::primary_raw::PrimaryRawShape;
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, field_json};
 
@@ -284,18 +285,8 @@ impl TableCatalog for LocalDelta {
     }
 
     async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
-        let properties = HashMap::from([(sink_property(sink), "registered".to_owned())]);
-        for _ in 0..5 {
-            let t = self.open(table).await?;
-            match commit_properties(table, &t, properties.clone()).await {
-                Err(CatalogError::Conflict { .. }) => continue,
-                other => return other,
-            }
-        }
-        Err(CatalogError::Conflict {
-            table: table.full_name(),
-            message: "register sink: lost the race 5 times".into(),
-        })
+        self.set_properties(table, [(sink_property(sink), "registered".to_owned())])
+            .await
     }
 
     async fn vend_credentials(
@@ -317,6 +308,32 @@ impl TableCatalog for LocalDelta {
 }
 
 impl LocalDelta {
+    /// Sets table properties as an owner would (`ALTER TABLE ... SET TBLPROPERTIES`): one
+    /// metadata-only commit, retried when another writer commits first. Nothing is planned or
+    /// checked: this is how an owner changes a table under a running sink (for example turning
+    /// deletion vectors on under a primary-raw table, which the sink's re-check then finds).
+    ///
+    /// # Errors
+    /// The table cannot be opened, or the commit failed (or lost the race 5 times).
+    pub async fn set_properties(
+        &self,
+        table: &TableRef,
+        properties: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), CatalogError> {
+        let properties: HashMap<String, String> = properties.into_iter().collect();
+        for _ in 0..5 {
+            let t = self.open(table).await?;
+            match commit_properties(table, &t, properties.clone()).await {
+                Err(CatalogError::Conflict { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(CatalogError::Conflict {
+            table: table.full_name(),
+            message: "set properties: lost the race 5 times".into(),
+        })
+    }
+
     /// One describe, plan and execute; a commit another writer won first is a
     /// [`CatalogError::Conflict`], and the caller plans again.
     async fn reconcile_once(

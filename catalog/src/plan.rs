@@ -15,10 +15,9 @@ use sha2::{Digest, Sha256};
 
 pub use crate::refusal::{Refusal, RefusalReason};
 
-use crate::desired::{
-    DesiredColumn, DesiredTable, LOCAL_PRIMARY_RAW_PROPERTIES, PRIMARY_RAW_PROPERTIES, Role,
-};
-use crate::live::{LiveTable, Protocol};
+use crate::desired::{DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, Role};
+use crate::live::LiveTable;
+use crate::primary_raw::PrimaryRawShape;
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, Widening};
 
@@ -51,98 +50,6 @@ pub enum HumanEdits {
     Respect,
     /// Put the authority's text back.
     Restore,
-}
-
-/// What a primary-raw table must be, which depends on how recovery reads it back (seed
-/// section 8): the backend sets it (ADR 0009).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PrimaryRawShape {
-    /// Read back through Iceberg (Unity Catalog): IcebergCompatV2 with Iceberg as a universal
-    /// format, column mapping by name, deletion vectors off ([`PRIMARY_RAW_PROPERTIES`]), and a
-    /// protocol of at least reader 2, writer 7 with the `columnMapping` and `icebergCompatV2`
-    /// features.
-    #[default]
-    IcebergCompatV2,
-    /// Read back with delta-rs (the local backend): deletion vectors off
-    /// ([`LOCAL_PRIMARY_RAW_PROPERTIES`]) and nothing the shipped reader cannot read (no
-    /// column mapping). It claims no Iceberg reads: delta-rs can neither write nor (without
-    /// datafusion) read a column-mapped table.
-    DeltaReadable,
-}
-
-impl PrimaryRawShape {
-    /// The properties a primary-raw table of this shape is created with.
-    #[must_use]
-    pub fn properties(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            PrimaryRawShape::IcebergCompatV2 => &PRIMARY_RAW_PROPERTIES,
-            PrimaryRawShape::DeltaReadable => &LOCAL_PRIMARY_RAW_PROPERTIES,
-        }
-    }
-
-    /// Every precondition of this shape that `live` does not meet, in words.
-    #[must_use]
-    pub fn unmet(self, live: &LiveTable) -> Vec<String> {
-        let mut unmet: Vec<String> = self
-            .properties()
-            .iter()
-            .filter(|(k, v)| live.properties.get(*k).map(String::as_str) != Some(*v))
-            .map(|(k, v)| format!("{k} is {:?}, needs {v:?}", live.properties.get(*k)))
-            .collect();
-        let Some(p) = &live.protocol else {
-            return unmet;
-        };
-        if p.has("deletionVectors")
-            && live
-                .properties
-                .get("delta.enableDeletionVectors")
-                .map(String::as_str)
-                == Some("true")
-        {
-            unmet.push("deletion vectors are enabled".into());
-        }
-        match self {
-            PrimaryRawShape::IcebergCompatV2 => {
-                if p.min_reader_version < 2 || p.min_writer_version < 7 {
-                    unmet.push(format!(
-                        "protocol is reader {} / writer {}, needs at least reader 2 / writer 7",
-                        p.min_reader_version, p.min_writer_version
-                    ));
-                }
-                for feature in ["columnMapping", "icebergCompatV2"] {
-                    if !p.writer_features.contains(feature) {
-                        unmet.push(format!("the protocol does not enable {feature}"));
-                    }
-                }
-            }
-            PrimaryRawShape::DeltaReadable => {
-                if let Some(f) = unreadable(p) {
-                    unmet.push(format!(
-                        "the protocol needs reader feature {f}, which the shipped reader cannot read"
-                    ));
-                }
-            }
-        }
-        unmet
-    }
-}
-
-/// A reader feature of `p` the shipped delta-rs reader (no datafusion) cannot read, if any.
-fn unreadable(p: &Protocol) -> Option<&str> {
-    const READABLE: [&str; 5] = [
-        "timestampNtz",
-        "deletionVectors",
-        "variantType",
-        "variantType-preview",
-        "v2Checkpoint",
-    ];
-    if p.min_reader_version > 3 {
-        return Some("(reader version above 3)");
-    }
-    p.reader_features
-        .iter()
-        .map(String::as_str)
-        .find(|f| !READABLE.contains(f))
 }
 
 /// Choices the plan cannot make by itself.
