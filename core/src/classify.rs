@@ -77,7 +77,9 @@ impl StreamError {
             ErrorClass::Transient
         };
         match self.clone().normalized() {
-            StreamError::SchemaRejected { .. } => ErrorClass::Fatal,
+            StreamError::SchemaRejected { .. } | StreamError::Precondition { .. } => {
+                ErrorClass::Fatal
+            }
             StreamError::Credentials {
                 retryable: true, ..
             } => ErrorClass::Transient,

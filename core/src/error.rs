@@ -315,6 +315,17 @@ pub enum StreamError {
         /// The status message.
         message: String,
     },
+    /// The table no longer meets a precondition of its role, as the adapter found when it
+    /// checked the catalog (at a stream's open or on its timer): for example a primary-raw
+    /// table whose deletion vectors were turned on under the running pipeline. Fatal for the
+    /// table: what is not durable is handed back, nothing more is admitted.
+    #[error("{role} preconditions no longer met: {unmet}")]
+    Precondition {
+        /// The role (`primary-raw`).
+        role: &'static str,
+        /// Every unmet precondition, in words.
+        unmet: String,
+    },
 }
 
 impl StreamError {
@@ -335,7 +346,7 @@ impl StreamError {
             StreamError::Status { code, .. } => code.is_retryable(),
             StreamError::Eof | StreamError::Transport { .. } => true,
             StreamError::Credentials { retryable, .. } => retryable,
-            StreamError::SchemaRejected { .. } => false,
+            StreamError::SchemaRejected { .. } | StreamError::Precondition { .. } => false,
         }
     }
 

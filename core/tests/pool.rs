@@ -303,6 +303,52 @@ fn fatal_errors_fail_the_table_and_hand_back_assigned_and_queued_batches() {
 }
 
 #[test]
+fn a_role_precondition_found_unmet_fails_the_table_and_hands_back_what_is_not_durable() {
+    let (mut s, table) = sink(1);
+    for i in 0..3 {
+        s.submit(t(0), table, vec![0u8; 10], token(i)).unwrap();
+    }
+    let out = drain(&mut s, t(0));
+    let (_, conn, ..) = sends(&out)[0];
+    // The first batch is durable before the adapter finds the table changed.
+    ack(&mut s, t(10), conn, 10);
+    assert_eq!(confirmed_positions(drain(&mut s, t(10))), vec![0]);
+    s.submit(t(11), table, vec![0u8; 10], token(3)).unwrap();
+    let error = StreamError::Precondition {
+        role: "primary-raw",
+        unmet: "deletion vectors are enabled".into(),
+    };
+    assert!(!error.is_retryable());
+    apply(&mut s, t(12), Input::Failed { conn, error });
+    let back = failed(drain_raw(&mut s, t(12)));
+    let offsets: Vec<_> = back.iter().flat_map(|f| f.offsets()).collect();
+    assert_eq!(
+        offsets.len(),
+        3,
+        "the two sent and the queued one: {offsets:?}"
+    );
+    for f in &back {
+        let FailureReason::TableFailed { error, .. } = &f.reason else {
+            panic!("{}", f.reason)
+        };
+        assert!(matches!(error, StreamError::Precondition { .. }), "{error}");
+        assert!(
+            f.reason
+                .to_string()
+                .contains("primary-raw preconditions no longer met: deletion vectors are enabled")
+        );
+    }
+    assert!(s.table_failed(table));
+    let refused = s.submit(t(13), table, vec![0u8; 1], token(4)).unwrap_err();
+    assert!(matches!(refused.reason, RejectReason::TableFailed { .. }));
+    let m = s.watermarks();
+    assert_eq!(
+        (m.submitted, m.delivered, m.failed, m.pending()),
+        (4, 1, 3, 0)
+    );
+}
+
+#[test]
 fn a_rotation_drains_half_closes_applies_late_acks_and_replays_the_rest() {
     let (mut s, table) = sink(1);
     for i in 0..3 {
