@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use zerobus_sink::{PoolSizing, RetryPolicy, SinkConfig, TableSpec, WindowLimits};
-use zerobus_sink_catalog::{Contract, Role};
+use zerobus_sink_catalog::{Contract, PrimaryRawProof, PrimaryRawShape, Role};
 
 use crate::auth::Credentials;
 use crate::boundary::{BadRows, Conversions};
@@ -66,7 +66,15 @@ pub struct ZerobusConfig {
     /// a message, so it is a bad row (named, handed back; see [`BadRows`]). The wire splits
     /// batches into messages, never rows.
     pub max_row_bytes: u64,
+    /// How often a primary-raw table's preconditions are checked again while its streams are
+    /// open ([`PRIMARY_RAW_RECHECK`] by default); they are also checked at every stream open.
+    pub primary_raw_recheck: Duration,
 }
+
+/// The default [`ZerobusConfig::primary_raw_recheck`]: five minutes, one describe per
+/// primary-raw table, so that a property turned on under a running pipeline stops it within
+/// minutes at a negligible catalog cost.
+pub const PRIMARY_RAW_RECHECK: Duration = Duration::from_secs(300);
 
 impl ZerobusConfig {
     /// Defaults for `endpoint`: no credentials, zstd, the core's defaults, the default
@@ -82,7 +90,15 @@ impl ZerobusConfig {
             application_name: None,
             tls_ca_pem: None,
             max_row_bytes: MAX_ROW_BYTES,
+            primary_raw_recheck: PRIMARY_RAW_RECHECK,
         }
+    }
+
+    /// Sets how often primary-raw tables are checked again while their streams are open.
+    #[must_use]
+    pub fn primary_raw_recheck(mut self, every: Duration) -> ZerobusConfig {
+        self.primary_raw_recheck = every;
+        self
     }
 
     /// Sets the largest row the sink sends.
@@ -171,9 +187,9 @@ pub struct TableDef {
     pub schema: SchemaRef,
     /// Comments, owner and properties for the table (provisioned sinks).
     pub contract: Option<Contract>,
-    /// The table's role (provisioned sinks): a primary-raw table gets the shape its backend
-    /// requires and is refused if it does not have it.
-    pub role: Role,
+    /// The primary-raw role, with the shape its preconditions were validated against (only a
+    /// [`PrimaryRawProof`] sets it).
+    pub(crate) primary_raw: Option<PrimaryRawShape>,
     /// What the write boundary may convert beyond lossless casts (provisioned sinks; both off
     /// by default).
     pub conversions: Conversions,
@@ -190,7 +206,7 @@ impl TableDef {
             spec: TableSpec::new(name),
             schema,
             contract: None,
-            role: Role::Standard,
+            primary_raw: None,
             conversions: Conversions::default(),
             bad_rows: BadRows::default(),
         }
@@ -217,11 +233,38 @@ impl TableDef {
         self
     }
 
-    /// The primary raw copy (provisioned sinks).
+    /// The primary raw copy of a table that met every precondition of the role when
+    /// [`validate`](zerobus_sink_catalog::primary_raw::validate) described it (provisioned
+    /// sinks only; seed section 8). The sink checks the preconditions again at every stream
+    /// open and every [`ZerobusConfig::primary_raw_recheck`]: a table found changed fails with
+    /// [`StreamError::Precondition`](zerobus_sink::StreamError), its batches not yet durable
+    /// handed back, nothing more admitted. See `docs/primary-raw.md`.
+    ///
+    /// Only a proof gives a table the role; the role cannot be set by hand:
+    ///
+    /// ```compile_fail,E0616
+    /// # use std::sync::Arc;
+    /// # use arrow_schema::Schema;
+    /// use zerobus_sink_catalog::Role;
+    /// use zerobus_sink_tokio::TableDef;
+    /// let mut def = TableDef::new("main.raw.orders", Arc::new(Schema::empty()));
+    /// def.role = Role::PrimaryRaw;
+    /// ```
     #[must_use]
-    pub fn primary_raw(mut self) -> TableDef {
-        self.role = Role::PrimaryRaw;
-        self
+    pub fn primary_raw(proof: PrimaryRawProof, schema: SchemaRef) -> TableDef {
+        let mut def = TableDef::new(proof.table().full_name(), schema);
+        def.primary_raw = Some(proof.shape());
+        def
+    }
+
+    /// The table's role.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        if self.primary_raw.is_some() {
+            Role::PrimaryRaw
+        } else {
+            Role::Standard
+        }
     }
 
     /// Exactly `streams` streams for this table.

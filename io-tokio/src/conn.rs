@@ -71,12 +71,14 @@ impl Drop for Handle {
     }
 }
 
-/// Starts the connection `conn`; what happens on it reaches the driver as inputs.
+/// Starts the connection `conn` once `gate` allows it (a check of the table's role; its error
+/// ends the connection before it is made); what happens on it reaches the driver as inputs.
 pub(crate) fn spawn<L: Lane>(
     shared: Arc<Shared>,
     table: Arc<TableWire>,
     conn: ConnId<L>,
     events: mpsc::UnboundedSender<Input<L>>,
+    gate: impl Future<Output = Result<(), StreamError>> + Send + 'static,
 ) -> Handle {
     let (commands, rx) = mpsc::unbounded_channel();
     let span = tracing::info_span!(
@@ -90,7 +92,10 @@ pub(crate) fn spawn<L: Lane>(
             let report = |input: Input<L>| {
                 let _ = events.send(input);
             };
-            let end = run(&shared, &table, conn, rx, &report).await;
+            let end = match gate.await {
+                Ok(()) => run(&shared, &table, conn, rx, &report).await,
+                Err(error) => Input::Failed { conn, error },
+            };
             tracing::debug!(?end, "connection ended");
             report(end);
         }

@@ -8,7 +8,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use tokio::sync::{mpsc, oneshot};
 use zerobus_sink::{Lane, Route, SchemaId, SinkCore, TableId, Token};
-use zerobus_sink_catalog::TableCatalog;
+use zerobus_sink_catalog::{TableCatalog, TableRef};
 
 use crate::auth::TokenSource;
 use crate::command::{Control, Submit};
@@ -159,6 +159,25 @@ impl<L: Lane> ZerobusSink<L> {
         let mut definitions = Vec::new();
         for def in tables {
             let name = def.spec.name.clone();
+            let primary_raw = match (def.primary_raw, provisioned) {
+                (None, _) => None,
+                (Some(shape), true) => Some((
+                    TableRef::parse(&name).map_err(|e| StartError::Table {
+                        table: name.clone(),
+                        reason: e.to_string(),
+                    })?,
+                    shape,
+                )),
+                (Some(_), false) => {
+                    return Err(StartError::Table {
+                        table: name,
+                        reason: "the primary-raw role needs the catalog to check its \
+                                 preconditions again at every stream open: start the sink \
+                                 with start_provisioned"
+                            .into(),
+                    });
+                }
+            };
             let spec = if provisioned {
                 def.spec.reconciled()
             } else {
@@ -178,7 +197,7 @@ impl<L: Lane> ZerobusSink<L> {
             ));
             definitions.push(Definition {
                 contract: def.contract,
-                role: def.role,
+                primary_raw,
                 conversions: def.conversions,
                 bad_rows: def.bad_rows,
             });
@@ -209,6 +228,7 @@ impl<L: Lane> ZerobusSink<L> {
             provisioning,
             definitions,
             max_row_bytes: config.max_row_bytes,
+            primary_raw_recheck: config.primary_raw_recheck,
         });
         let task = runtime.spawn(driver.run());
         Ok(ZerobusSink {

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use zerobus_sink::{
     Admitted, FailureReason, Lane, RejectReason, Route, SchemaId, TableId, Time, Token,
 };
-use zerobus_sink_catalog::TableCatalog;
+use zerobus_sink_catalog::{Role, TableCatalog};
 
 use super::{Blocked, Driver, Planned, Tagged};
 use crate::boundary::apply::{Origin, RowIds};
@@ -259,7 +259,11 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             table: self.table_name(table),
             schema: batch_schema,
             contract: d.contract,
-            role: d.role,
+            role: if d.primary_raw.is_some() {
+                Role::PrimaryRaw
+            } else {
+                Role::Standard
+            },
             conversions: d.conversions,
             register: !self.shapes.registered.contains(&table),
         };

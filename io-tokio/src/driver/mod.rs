@@ -20,9 +20,10 @@ use zerobus_sink::{
     Batch, ConnId, FailedBatch, FailureReason, Handled, Ignored, Input, Lane, LogicalOffset,
     Output, RejectReason, Route, SchemaId, SinkCore, SlotId, TableId, Time, Token,
 };
-use zerobus_sink_catalog::{Contract, Role, TableCatalog};
+use zerobus_sink_catalog::{Contract, PrimaryRawShape, TableCatalog, TableRef};
 
 mod admission;
+mod role;
 
 use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
 use crate::boundary::{BadRows, ColumnRefusal, Conversions, Plan};
@@ -89,13 +90,16 @@ pub(crate) struct Parts<L: Lane, C, P> {
     pub(crate) definitions: Vec<Definition>,
     /// The largest row sent.
     pub(crate) max_row_bytes: u64,
+    /// How often primary-raw tables are checked again.
+    pub(crate) primary_raw_recheck: Duration,
 }
 
 /// What provisioning and the write boundary need of a table's definition.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Definition {
     pub(crate) contract: Option<Contract>,
-    pub(crate) role: Role,
+    /// The primary-raw role: the table and the shape its preconditions are checked against.
+    pub(crate) primary_raw: Option<(TableRef, PrimaryRawShape)>,
     pub(crate) conversions: Conversions,
     pub(crate) bad_rows: BadRows,
 }
@@ -165,6 +169,7 @@ pub(crate) struct Driver<L: Lane, C, P> {
     stamp_cache: StampCache,
     answers_tx: mpsc::UnboundedSender<(TableId, SchemaId, Answer)>,
     answers: mpsc::UnboundedReceiver<(TableId, SchemaId, Answer)>,
+    recheck: role::Recheck,
 }
 
 impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L, C, P> {
@@ -172,6 +177,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         let (events_tx, events) = mpsc::unbounded_channel();
         let (answers_tx, answers) = mpsc::unbounded_channel();
         let report = Report::for_tables(parts.tables.iter().map(|t| t.name.clone()));
+        let (recheck_tx, recheck_rx) = mpsc::unbounded_channel();
+        let any_primary_raw = parts.definitions.iter().any(|d| d.primary_raw.is_some());
+        let recheck = role::Recheck {
+            every: parts.primary_raw_recheck,
+            next: any_primary_raw.then(|| Instant::now() + parts.primary_raw_recheck),
+            tx: recheck_tx,
+            rx: recheck_rx,
+        };
         Driver {
             core: parts.core,
             confirmer: parts.confirmer,
@@ -203,6 +216,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             stamp_cache: StampCache::default(),
             answers_tx,
             answers,
+            recheck,
         }
     }
 
@@ -230,6 +244,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             let now = self.now();
             self.retry_blocked(now);
             self.resubmit_due(now);
+            self.recheck_due();
             let wake = self.drain(now);
             self.settle_flushes();
             if (self.closing.is_some() || self.handle_gone) && self.core.is_closed() {
@@ -238,15 +253,13 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             let accepting = self.blocked.is_none() && !self.handle_gone && self.closing.is_none();
             let wake = wake.map(|t| self.instant(t));
             let again = self.again.keys().next().map(|(at, _)| *at);
-            let at = match (wake, again) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let at = [wake, again, self.recheck.next].into_iter().flatten().min();
             tokio::select! {
                 Some(input) = self.events.recv() => self.input(input),
                 Some((table, schema, answer)) = self.answers.recv() => {
                     self.answered(table, schema, answer);
                 }
+                Some((table, result)) = self.recheck.rx.recv() => self.rechecked(table, result),
                 control = self.control.recv(), if !self.handle_gone => match control {
                     Some(c) => self.control(c),
                     None => self.handle_dropped(),
@@ -461,8 +474,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                         },
                     };
                     tracing::debug!(table = %wire.name, %conn, "opening");
-                    let handle =
-                        conn::spawn(self.shared.clone(), wire, conn, self.events_tx.clone());
+                    let gate = self.open_gate(table);
+                    let events = self.events_tx.clone();
+                    let handle = conn::spawn(self.shared.clone(), wire, conn, events, gate);
                     self.conns.insert(conn, handle);
                 }
                 Output::Send(t) => {
