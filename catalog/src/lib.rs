@@ -53,6 +53,7 @@ mod error;
 mod live;
 pub mod plan;
 pub mod primary_raw;
+pub mod recovery;
 mod refusal;
 mod table_ref;
 pub mod types;

@@ -217,22 +217,7 @@ async fn append(catalog: &LocalDelta, table: &TableRef, batch: RecordBatch) -> R
 
 /// Every row of the table, read back from its Parquet files through delta-rs.
 async fn read_back(catalog: &LocalDelta, table: &TableRef) -> Vec<RecordBatch> {
-    let url =
-        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(table)).unwrap())
-            .unwrap();
-    let t = deltalake::open_table(url).await.unwrap();
-    let mut out = Vec::new();
-    for uri in t.get_file_uris().unwrap() {
-        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
-        let file = std::fs::File::open(path).unwrap();
-        let reader =
-            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                .unwrap()
-                .build()
-                .unwrap();
-        out.extend(reader.map(Result::unwrap));
-    }
-    out
+    catalog.read_table(table).await.unwrap().0
 }
 
 #[tokio::test]

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, new_null_array};
-use arrow_schema::{Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::Schema;
 use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
@@ -28,7 +28,7 @@ use deltalake::parquet::basic::Compression;
 use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use tonic::Status;
-use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::local::{LocalDelta, fit};
 use zerobus_sink_catalog::{DeltaType, LiveTable, TableCatalog, TableRef};
 
 use super::Shared;
@@ -201,7 +201,7 @@ async fn materialize_table(
     let mut rows = 0u64;
     for batch in &batches {
         rows += batch.num_rows() as u64;
-        let projected = project(batch, &target)
+        let projected = fit(batch, &target)
             .map_err(|e| format!("{table}: a logged batch does not fit the table: {e}"))?;
         writer.write(projected).await.map_err(|e| e.to_string())?;
     }
@@ -225,22 +225,10 @@ async fn materialize_table(
 /// The table cannot be opened or a data file cannot be read (the message names which).
 pub async fn read_table(root: &Path, table: &str) -> Result<(Vec<RecordBatch>, u64), String> {
     let name = TableRef::parse(table).map_err(|e| e.to_string())?;
-    let location = LocalDelta::new(root).location(&name);
-    let delta = open(&location).await?;
-    let version = delta.version().unwrap_or(0);
-    let mut out = Vec::new();
-    for uri in delta.get_file_uris().map_err(|e| e.to_string())? {
-        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
-        let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        let reader =
-            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                .and_then(|b| b.build())
-                .map_err(|e| format!("{path}: {e}"))?;
-        for batch in reader {
-            out.push(batch.map_err(|e| format!("{path}: {e}"))?);
-        }
-    }
-    Ok((out, version))
+    LocalDelta::new(root)
+        .read_table(&name)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Snappy, as delta-rs writes by default, without dictionary encoding: interning every value
@@ -261,20 +249,3 @@ async fn open(location: &Path) -> Result<DeltaTable, String> {
     deltalake::open_table(url).await.map_err(|e| e.to_string())
 }
 
-/// `batch` with the table's columns: its own by name (cast to the table's Arrow type where the
-/// physical type differs, e.g. a string view), nulls for the table's columns it lacks (added
-/// by a later evolution, or `NULL`able reserved columns).
-fn project(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, String> {
-    let rows = batch.num_rows();
-    let columns: Vec<ArrayRef> = target
-        .fields()
-        .iter()
-        .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
-            Some(c) => deltalake::arrow::compute::cast(c, f.data_type())
-                .map_err(|e| format!("column {}: {e}", f.name())),
-            None => Ok(new_null_array(f.data_type(), rows)),
-        })
-        .collect::<Result<_, _>>()?;
-    RecordBatch::try_new(target.clone(), columns).map_err(|e| e.to_string())
-}

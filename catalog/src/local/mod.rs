@@ -17,9 +17,14 @@
 //! Reconciling is idempotent under concurrent callers: a commit that loses a race (another
 //! sink created the table, or changed it, first) describes the table again and plans again.
 
+pub mod coverage_store;
+mod read;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{ArrowError, SchemaRef};
 use deltalake::kernel::transaction::CommitBuilder;
 use deltalake::kernel::{Action as DeltaAction, MetadataExt, MetadataValue, StructField};
 use deltalake::operations::update_table_metadata::TableMetadataUpdate;
@@ -76,6 +81,26 @@ impl LocalDelta {
             .await
             .map_err(|e| delta_err(table, "open", e))
     }
+}
+
+/// `batch` with the columns of `target`: its own by name (cast to the target's Arrow type where
+/// the physical type differs, e.g. a string view or a narrower integer), nulls for the target's
+/// columns it lacks (added by a later evolution, or nullable columns it does not fill).
+///
+/// # Errors
+/// A column cannot be cast to the target's type, or a column it lacks is `NOT NULL`.
+pub fn fit(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    let rows = batch.num_rows();
+    let columns: Vec<ArrayRef> = target
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => arrow_cast::cast(c, f.data_type()),
+            None => Ok(new_null_array(f.data_type(), rows)),
+        })
+        .collect::<Result<_, _>>()?;
+    RecordBatch::try_new(target.clone(), columns)
 }
 
 fn delta_err(table: &TableRef, operation: &'static str, e: impl std::fmt::Display) -> CatalogError {
