@@ -129,7 +129,7 @@ pub enum RecoveryError {
         table: String,
         /// What the catalog said.
         #[source]
-        source: CatalogError,
+        source: Box<CatalogError>,
     },
 }
 
@@ -170,12 +170,13 @@ pub fn select(
                 && end >= range.start;
             let first = inside && seen.insert((start, end, span.row.value(i)));
             if first {
-                out.visible.merge(&Coverage::from_durable([CoverageRange::new(
-                    range.topic.clone(),
-                    range.partition,
-                    start,
-                    end,
-                )]));
+                out.visible
+                    .merge(&Coverage::from_durable([CoverageRange::new(
+                        range.topic.clone(),
+                        range.partition,
+                        start,
+                        end,
+                    )]));
             } else if inside {
                 out.duplicates += 1;
             }

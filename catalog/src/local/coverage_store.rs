@@ -102,7 +102,8 @@ impl CoverageStore {
             return Ok(0);
         }
         self.append(&new).await?;
-        self.saved.merge(&Coverage::from_durable(new.iter().cloned()));
+        self.saved
+            .merge(&Coverage::from_durable(new.iter().cloned()));
         Ok(new.len())
     }
 
@@ -120,8 +121,7 @@ impl CoverageStore {
         for batch in &batches {
             let sinks = column::<StringArray>(batch, "sink", &DataType::Utf8);
             let topics = column::<StringArray>(batch, "_twg_source_topic", &DataType::Utf8);
-            let partitions =
-                column::<Int32Array>(batch, "_twg_source_partition", &DataType::Int32);
+            let partitions = column::<Int32Array>(batch, "_twg_source_partition", &DataType::Int32);
             let starts = column::<Int64Array>(batch, "_twg_source_start", &DataType::Int64);
             let ends = column::<Int64Array>(batch, "_twg_source_end", &DataType::Int64);
             let (Some(sinks), Some(topics), Some(partitions), Some(starts), Some(ends)) =
@@ -170,9 +170,10 @@ impl CoverageStore {
         let columns: Vec<(&str, ArrayRef)> = vec![
             (
                 "sink",
-                Arc::new(StringArray::from_iter_values(
-                    std::iter::repeat_n(self.sink.0.as_str(), rows),
-                )),
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                    self.sink.0.as_str(),
+                    rows,
+                ))),
             ),
             (
                 "_twg_emit_ts",
@@ -203,8 +204,8 @@ impl CoverageStore {
                 Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i as i64))),
             ),
         ];
-        let batch =
-            RecordBatch::try_from_iter(columns).map_err(|e| delta_err("coverage rows", e.to_string()))?;
+        let batch = RecordBatch::try_from_iter(columns)
+            .map_err(|e| delta_err("coverage rows", e.to_string()))?;
         for _ in 0..5 {
             let mut t = self.catalog.open(&self.table).await?;
             let mut writer =

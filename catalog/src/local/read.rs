@@ -19,13 +19,16 @@ impl LocalDelta {
     /// # Errors
     /// [`RecoveryError::Catalog`] if the table does not exist; [`RecoveryError::Read`] naming
     /// the file or log that could not be read.
-    pub async fn read_table(&self, table: &TableRef) -> Result<(Vec<RecordBatch>, u64), RecoveryError> {
+    pub async fn read_table(
+        &self,
+        table: &TableRef,
+    ) -> Result<(Vec<RecordBatch>, u64), RecoveryError> {
         let credentials = self
             .vend_credentials(table, Access::Read)
             .await
             .map_err(|source| RecoveryError::Catalog {
                 table: table.full_name(),
-                source,
+                source: Box::new(source),
             })?;
         read_at(table, &credentials.url).await
     }
@@ -42,7 +45,7 @@ async fn read_at(table: &TableRef, url: &str) -> Result<(Vec<RecordBatch>, u64),
     let delta = deltalake::open_table(url)
         .await
         .map_err(|e| read_err("the Delta log", e.to_string()))?;
-    let version = delta.version().map_or(0, |v| u64::try_from(v).unwrap_or(0));
+    let version = delta.version().unwrap_or(0);
     let files: Vec<String> = delta
         .get_file_uris()
         .map_err(|e| read_err("the file list", e.to_string()))?

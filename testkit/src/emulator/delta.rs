@@ -248,4 +248,3 @@ async fn open(location: &Path) -> Result<DeltaTable, String> {
         .map_err(|()| format!("{} is not an absolute path", dir.display()))?;
     deltalake::open_table(url).await.map_err(|e| e.to_string())
 }
-

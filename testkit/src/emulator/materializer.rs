@@ -80,6 +80,9 @@ async fn run(shared: Arc<Shared>, root: PathBuf, stop: Arc<Notify>) {
             () = tokio::time::sleep(lag) => false,
             () = stop.notified() => true,
         };
+        if !stopped && shared.held.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
         delta::materialize(&shared, &root, &mut progress).await;
         if stopped {
             return;

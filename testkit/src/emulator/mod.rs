@@ -269,6 +269,8 @@ pub(crate) struct Shared {
     wals: tokio::sync::Mutex<BTreeMap<String, wal::Wal>>,
     /// Woken whenever the state may have changed (see [`Emulator::until`]).
     changed: tokio::sync::Notify,
+    /// Materialization held back ([`Emulator::hold_materialization`]).
+    held: std::sync::atomic::AtomicBool,
 }
 
 /// The locked state; releasing it wakes [`Emulator::until`] waiters to look again.
@@ -361,6 +363,7 @@ impl Emulator {
             switches: Mutex::new(Vec::new()),
             wals: tokio::sync::Mutex::new(BTreeMap::new()),
             changed: tokio::sync::Notify::new(),
+            held: std::sync::atomic::AtomicBool::new(false),
         });
         let service = FlightServiceServer::new(service::Service::new(shared.clone()))
             .max_decoding_message_size(max)
@@ -446,6 +449,17 @@ impl Emulator {
     #[must_use]
     pub fn delta_root(&self) -> Option<&Path> {
         self.shared.config.delta_root.as_deref()
+    }
+
+    /// Holds materialization back (`true`) or lets it go on (`false`): acked rows stay in the
+    /// write-ahead log, durable, and the Delta tables stay as they are, as when the service's
+    /// table metadata lags far behind its acks. For tests of readers that must not assume
+    /// read-after-write consistency.
+    pub fn hold_materialization(&self, held: bool) {
+        self.shared
+            .held
+            .store(held, std::sync::atomic::Ordering::SeqCst);
+        self.shared.changed.notify_waiters();
     }
 
     /// Waits until `table`'s Delta table holds every row its write-ahead log held when this was
