@@ -2,7 +2,9 @@
 //! table through the local catalog, streams synthetic order rows to the Zerobus emulator (a real
 //! Arrow Flight server on loopback, with a write-ahead log) with a progress line, drifts the
 //! schema once half way (a new column: the table evolves, the streams reopen), closes, and
-//! reads the table back with delta-rs once the emulator has materialized what it acked.
+//! reads the table back with delta-rs once the emulator has materialized what it acked. The
+//! source ranges made durable are saved in the coverage store beside the table and read back
+//! as a restarted pipeline would, with the gaps of the source range (none, when all went well).
 //!
 //! ```text
 //! cargo run --release -p zerobus-sink-tokio --example demo -- [--rows 10000000]
@@ -10,8 +12,9 @@
 //!     [--dir DIR] [--clean]
 //! ```
 //!
-//! It exits non-zero unless every source offset was committed and the rows in the table are
-//! exactly the rows confirmed plus the duplicates it counts (replays are at-least-once).
+//! It exits non-zero unless every source offset was committed, the rows in the table are
+//! exactly the rows confirmed plus the duplicates it counts (replays are at-least-once), and
+//! the stored coverage has no gap.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,9 +24,12 @@ use std::time::{Duration, Instant};
 use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use zerobus_sink::{Batch, Confirmation, FailedBatch, FailureReason, Raw, SourceTracker};
-use zerobus_sink_catalog::TableRef;
+use zerobus_sink::{
+    Batch, Confirmation, Coverage, CoverageRange, FailedBatch, FailureReason, Raw, SourceTracker,
+};
 use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::local::coverage_store::CoverageStore;
+use zerobus_sink_catalog::{SinkId, TableRef};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
 use zerobus_sink_tokio::{
     Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink,
@@ -65,15 +71,26 @@ fn orders(schema: &SchemaRef, start: i64, n: i64) -> RecordBatch {
 }
 
 /// The "source": commits, as a Kafka consumer would, only the unbroken durable run the tracker
-/// gives back; a batch the sink gives up on (after its own resubmissions) stops the demo.
+/// gives back; a batch the sink gives up on (after its own resubmissions) stops the demo. Each
+/// batch holds the source records whose offsets are its order ids, and its token names the
+/// last: what a confirmation makes durable (first to last) goes into the coverage.
 #[derive(Clone, Default)]
 struct Source {
     tracker: Arc<Mutex<SourceTracker>>,
+    /// Per batch in flight: its token's offset -> its first offset.
+    firsts: Arc<Mutex<HashMap<i64, i64>>>,
+    coverage: Arc<Mutex<Coverage>>,
     fatal: Arc<Mutex<Option<String>>>,
 }
 
 impl Confirmer<Raw> for Source {
     fn confirmed(&mut self, _table: &str, c: Confirmation<Raw>) {
+        let last = c.position().clone();
+        if let Some(first) = self.firsts.lock().expect("firsts").remove(&last.offset) {
+            let range = CoverageRange::new(last.topic, last.partition, first, last.offset);
+            let durable = Coverage::from_durable([range]);
+            self.coverage.lock().expect("coverage").merge(&durable);
+        }
         if let Err(e) = self.tracker.lock().expect("tracker").confirm(c) {
             *self.fatal.lock().expect("fatal") = Some(e.to_string());
         }
@@ -239,6 +256,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .read("orders", 0, start + n - 1, 1)?
             .pop()
             .expect("one token");
+        source
+            .firsts
+            .lock()
+            .expect("firsts")
+            .insert(start + n - 1, start);
         // Fire-and-forget: the receipt is dropped; the token reaches the confirmer.
         let _receipt = sink.send(id, batch, token).await?;
         start += n;
@@ -272,7 +294,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .lock()
         .expect("tracker")
         .committed("orders", 0);
-    let location = LocalDelta::new(&root).location(&TableRef::parse(TABLE)?);
+    let table = TableRef::parse(TABLE)?;
+    let location = LocalDelta::new(&root).location(&table);
+    // The coverage, saved beside the table and loaded back as a restarted pipeline would.
+    let coverage = source.coverage.lock().expect("coverage").clone();
+    let sink_id = SinkId("demo".into());
+    let mut store = CoverageStore::open(LocalDelta::new(&root), &table, sink_id.clone()).await?;
+    store.save(&coverage).await?;
+    let reopened = CoverageStore::open(LocalDelta::new(&root), &table, sink_id).await?;
+    let gaps = reopened.saved().gaps("orders", 0, 0, rows - 1);
 
     println!("summary:");
     println!(
@@ -318,6 +348,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats.messages, stats.rows, stats.acks, stats.materialized_rows, stats.materialized_commits
     );
     println!(
+        "  coverage         {} range(s) saved in {}; gaps of orders/0 0..={}: {}",
+        reopened.saved().ranges().len(),
+        reopened.table(),
+        rows - 1,
+        if gaps.is_empty() {
+            "none".to_owned()
+        } else {
+            format!("{gaps:?}")
+        }
+    );
+    println!(
         "  table            {} (Delta version {})",
         location.display(),
         contents.version
@@ -329,13 +370,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ok = report.rows == rows as u64
         && committed == Some(rows - 1)
         && contents.complete
-        && contents.rows == report.rows + duplicates;
+        && contents.rows == report.rows + duplicates
+        && gaps.is_empty();
     if args.clean {
         let _ = std::fs::remove_dir_all(&args.dir);
     }
     if !ok {
         return Err(format!(
-            "{} of {rows} rows confirmed (committed {committed:?}); the table holds {} rows, {} distinct, complete: {}",
+            "{} of {rows} rows confirmed (committed {committed:?}); the table holds {} rows, {} distinct, complete: {}; coverage gaps: {gaps:?}",
             report.rows, contents.rows, contents.distinct, contents.complete
         )
         .into());
