@@ -146,6 +146,53 @@ pub trait Recover {
     ) -> impl Future<Output = Result<Recovered, RecoveryError>> + Send;
 }
 
+/// Reads the table (`read`: every row and the version read) until it shows every offset of
+/// `range` that `durable` covers, or `lag.deadline` passes: the lag loop every backend shares.
+///
+/// # Errors
+/// What `read` or [`select`] fails with, or [`RecoveryError::Lagging`].
+#[cfg(any(feature = "local", feature = "iceberg"))]
+pub(crate) async fn until_visible<F, Fut>(
+    table: &TableRef,
+    range: &CoverageRange,
+    durable: &Coverage,
+    lag: Lag,
+    mut read: F,
+) -> Result<Recovered, RecoveryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(Vec<RecordBatch>, u64), RecoveryError>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        let (batches, version) = read().await?;
+        let selection = select(table, &batches, range)?;
+        let missing = selection.missing(range, durable);
+        let waited = started.elapsed();
+        if missing.is_empty() {
+            return Ok(Recovered {
+                batches: selection.batches,
+                rows: selection.rows,
+                duplicates: selection.duplicates,
+                version,
+                visible: selection.visible,
+                waited,
+            });
+        }
+        if waited >= lag.deadline {
+            return Err(RecoveryError::Lagging {
+                table: table.full_name(),
+                topic: range.topic.clone(),
+                partition: range.partition,
+                missing,
+                version,
+                waited,
+            });
+        }
+        tokio::time::sleep(lag.poll.min(lag.deadline - waited)).await;
+    }
+}
+
 /// The rows of `batches` in `range`, each once, with the spans they carry.
 ///
 /// # Errors

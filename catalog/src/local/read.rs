@@ -2,15 +2,13 @@
 //! recovery), and the local backend's [`Recover`]: the table opened at the location its vended
 //! credentials name, read with delta-rs and the Parquet reader (no datafusion).
 
-use std::time::Instant;
-
 use arrow_array::RecordBatch;
 use url::Url;
 use zerobus_sink::{Coverage, CoverageRange};
 
 use super::LocalDelta;
 use crate::catalog::{Access, TableCatalog};
-use crate::recovery::{Lag, Recover, Recovered, RecoveryError, select};
+use crate::recovery::{Lag, Recover, Recovered, RecoveryError, until_visible};
 use crate::table_ref::TableRef;
 
 impl LocalDelta {
@@ -85,34 +83,7 @@ impl Recover for LocalDelta {
         durable: &Coverage,
         lag: Lag,
     ) -> Result<Recovered, RecoveryError> {
-        let started = Instant::now();
-        loop {
-            // Credentials (here: the location) are vended for each read, as they expire.
-            let (batches, version) = self.read_table(table).await?;
-            let selection = select(table, &batches, range)?;
-            let missing = selection.missing(range, durable);
-            let waited = started.elapsed();
-            if missing.is_empty() {
-                return Ok(Recovered {
-                    batches: selection.batches,
-                    rows: selection.rows,
-                    duplicates: selection.duplicates,
-                    version,
-                    visible: selection.visible,
-                    waited,
-                });
-            }
-            if waited >= lag.deadline {
-                return Err(RecoveryError::Lagging {
-                    table: table.full_name(),
-                    topic: range.topic.clone(),
-                    partition: range.partition,
-                    missing,
-                    version,
-                    waited,
-                });
-            }
-            tokio::time::sleep(lag.poll.min(lag.deadline - waited)).await;
-        }
+        // Credentials (here: the location) are vended for each read, as they expire.
+        until_visible(table, range, durable, lag, || self.read_table(table)).await
     }
 }

@@ -18,6 +18,8 @@
 //! again.
 
 mod auth;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 mod models;
 
 use std::time::Duration;
@@ -120,6 +122,20 @@ impl UnityCatalog {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, Value), CatalogError> {
+        self.call_with(operation, target, method, path, body, &[])
+            .await
+    }
+
+    /// [`call`](Self::call) with extra request headers.
+    async fn call_with(
+        &self,
+        operation: &'static str,
+        target: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&'static str, &'static str)],
+    ) -> Result<(StatusCode, Value), CatalogError> {
         let url = format!("{}{path}", self.config.workspace_url);
         let mut delay = self.config.retry_backoff;
         let mut refreshed = false;
@@ -127,6 +143,9 @@ impl UnityCatalog {
         loop {
             attempt += 1;
             let mut request = self.http.request(method.clone(), &url);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
             // The token endpoint's own failures go through the same retries.
             match self.tokens.header(&self.http).await {
                 Ok(Some(header)) => {
