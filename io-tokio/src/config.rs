@@ -245,10 +245,10 @@ impl TableDef {
     /// ```compile_fail,E0616
     /// # use std::sync::Arc;
     /// # use arrow_schema::Schema;
-    /// use zerobus_sink_catalog::Role;
+    /// use zerobus_sink_catalog::PrimaryRawShape;
     /// use zerobus_sink_tokio::TableDef;
     /// let mut def = TableDef::new("main.raw.orders", Arc::new(Schema::empty()));
-    /// def.role = Role::PrimaryRaw;
+    /// def.primary_raw = Some(PrimaryRawShape::DeltaReadable);
     /// ```
     #[must_use]
     pub fn primary_raw(proof: PrimaryRawProof, schema: SchemaRef) -> TableDef {
