@@ -11,6 +11,11 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use zerobus_sink::{
     Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, RetryPolicy, SinkConfig,
 };
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::primary_raw::validate;
+use zerobus_sink_catalog::{
+    DesiredTable, Policy, PrimaryRawProof, PrimaryRawShape, Role, TableCatalog, TableRef,
+};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{Confirmer, IsolatedRows, ResubmitPolicy, TableDef, ZerobusConfig};
 
@@ -130,4 +135,52 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
 
 pub fn table(slots: u16) -> TableDef {
     TableDef::new(TABLE, schema()).sizing(PoolSizing::fixed(slots))
+}
+
+/// The raw table of the primary-raw and recovery tests.
+pub const RAW: &str = "main.raw.orders";
+
+pub fn raw() -> TableRef {
+    TableRef::parse(RAW).unwrap()
+}
+
+/// `zerobus-local` over a catalog root (materializing every 50 ms), with the raw table created
+/// for the primary-raw role through the local catalog.
+#[derive(Debug)]
+pub struct RawRig {
+    pub dir: tempfile::TempDir,
+    pub emulator: Emulator,
+    pub catalog: LocalDelta,
+}
+
+impl RawRig {
+    pub async fn new() -> RawRig {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tables");
+        let emulator = Emulator::start(
+            EmulatorConfig::new(dir.path().join("wal"))
+                .delta_root(root.clone())
+                .materialize_lag(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
+        let catalog = LocalDelta::new(root);
+        let desired = DesiredTable::from_arrow(raw(), &schema(), None, Role::PrimaryRaw).unwrap();
+        catalog
+            .reconcile(&desired, &Policy::default())
+            .await
+            .unwrap();
+        RawRig {
+            dir,
+            emulator,
+            catalog,
+        }
+    }
+
+    /// The proof that the raw table meets the role, validated now.
+    pub async fn proof(&self) -> PrimaryRawProof {
+        validate(&self.catalog, &raw(), PrimaryRawShape::DeltaReadable)
+            .await
+            .expect("the table was created for the role")
+    }
 }

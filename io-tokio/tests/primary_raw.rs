@@ -10,53 +10,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Recorder, config, ids, orders, schema};
+use common::{RAW, RawRig as Rig, Recorder, config, ids, orders, raw, schema};
 use zerobus_sink::{FailureReason, Raw, RejectReason, StreamError, Token};
-use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::PrimaryRawShape;
 use zerobus_sink_catalog::primary_raw::validate;
-use zerobus_sink_catalog::{DesiredTable, Policy, PrimaryRawShape, Role, TableCatalog, TableRef};
-use zerobus_sink_testkit::emulator::{Code, Emulator, EmulatorConfig, Fault, delta};
+use zerobus_sink_testkit::emulator::{Code, Fault, delta};
 use zerobus_sink_tokio::{
     DeliveryError, Provisioning, SendError, Sink, StartError, TableDef, ZerobusSink,
 };
 
-const RAW: &str = "main.raw.orders";
-
-struct Rig {
-    dir: tempfile::TempDir,
-    emulator: Emulator,
-    catalog: LocalDelta,
-}
-
 impl Rig {
-    /// `zerobus-local` over a catalog root, and the raw table created for the role.
-    async fn new() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("tables");
-        let emulator = Emulator::start(
-            EmulatorConfig::new(dir.path().join("wal"))
-                .delta_root(root.clone())
-                .materialize_lag(Duration::from_millis(50)),
-        )
-        .await
-        .unwrap();
-        let catalog = LocalDelta::new(root);
-        let desired = DesiredTable::from_arrow(raw(), &schema(), None, Role::PrimaryRaw).unwrap();
-        catalog
-            .reconcile(&desired, &Policy::default())
-            .await
-            .unwrap();
-        Rig {
-            dir,
-            emulator,
-            catalog,
-        }
-    }
-
     async fn sink(&self, recorder: &Recorder, recheck: Duration) -> ZerobusSink<Raw> {
-        let proof = validate(&self.catalog, &raw(), PrimaryRawShape::DeltaReadable)
-            .await
-            .expect("the table was created for the role");
+        let proof = self.proof().await;
         ZerobusSink::start_provisioned(
             config(&self.emulator).primary_raw_recheck(recheck),
             vec![TableDef::primary_raw(proof, schema()).streams(1)],
@@ -138,10 +103,6 @@ impl Rig {
         assert!(counts.values().all(|n| *n == 1), "no row twice");
         counts.into_keys().collect()
     }
-}
-
-fn raw() -> TableRef {
-    TableRef::parse(RAW).unwrap()
 }
 
 /// The failure a batch of the changed table comes back with names the role and the property.

@@ -9,27 +9,17 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow_array::{Array, Int64Array, RecordBatch};
-use common::{config, orders, schema};
+use arrow_array::RecordBatch;
+use common::{RAW, RawRig as Rig, config, ids, orders, raw, schema};
 use zerobus_sink::{
     Confirmation, Coverage, CoverageRange, Derived, FailedBatch, FailureReason, Token,
 };
-use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_catalog::SinkId;
 use zerobus_sink_catalog::local::coverage_store::CoverageStore;
-use zerobus_sink_catalog::primary_raw::validate;
 use zerobus_sink_catalog::recovery::{Lag, Recover, RecoveryError};
-use zerobus_sink_catalog::{
-    DesiredTable, Policy, PrimaryRawShape, Role, SinkId, TableCatalog, TableRef,
-};
 use zerobus_sink_testkit::Rng;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, Fault, delta};
+use zerobus_sink_testkit::emulator::{Fault, delta};
 use zerobus_sink_tokio::{Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusSink};
-
-const RAW: &str = "main.raw.orders";
-
-fn raw() -> TableRef {
-    TableRef::parse(RAW).unwrap()
-}
 
 /// A derived sink's confirmer: its coverage grows from durable confirmations only.
 #[derive(Clone, Default)]
@@ -59,40 +49,9 @@ impl Confirmer<Derived> for Covering {
     fn isolated(&mut self, _table: &str, _rows: IsolatedRows<Derived>) {}
 }
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    emulator: Emulator,
-    catalog: LocalDelta,
-}
-
 impl Rig {
-    async fn new() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("tables");
-        let emulator = Emulator::start(
-            EmulatorConfig::new(dir.path().join("wal"))
-                .delta_root(root.clone())
-                .materialize_lag(Duration::from_millis(50)),
-        )
-        .await
-        .unwrap();
-        let catalog = LocalDelta::new(root);
-        let desired = DesiredTable::from_arrow(raw(), &schema(), None, Role::PrimaryRaw).unwrap();
-        catalog
-            .reconcile(&desired, &Policy::default())
-            .await
-            .unwrap();
-        Rig {
-            _dir: dir,
-            emulator,
-            catalog,
-        }
-    }
-
     async fn sink(&self, name: &str, confirmer: &Covering) -> ZerobusSink<Derived> {
-        let proof = validate(&self.catalog, &raw(), PrimaryRawShape::DeltaReadable)
-            .await
-            .unwrap();
+        let proof = self.proof().await;
         ZerobusSink::start_provisioned(
             config(&self.emulator),
             vec![TableDef::primary_raw(proof, schema()).streams(1)],
@@ -119,20 +78,12 @@ async fn write(sink: &mut ZerobusSink<Derived>, partition: u32, start: i64) {
     receipt.await.unwrap();
 }
 
+/// The order ids of `batches`, sorted, each as often as it occurs.
 fn order_ids(batches: &[RecordBatch]) -> Vec<i64> {
-    let mut ids: Vec<i64> = batches
-        .iter()
-        .flat_map(|b| {
-            let c = b.column_by_name("order_id").unwrap();
-            c.as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .values()
-                .to_vec()
-        })
-        .collect();
-    ids.sort_unstable();
-    ids
+    ids(batches)
+        .into_iter()
+        .flat_map(|(id, n)| std::iter::repeat_n(id, n as usize))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -286,16 +286,26 @@ pub fn data_files(loaded: &IcebergTable) -> Result<Vec<String>, RecoveryError> {
 
 /// Every record of the Avro file at `location`.
 fn avro_records(table: &TableRef, location: &str) -> Result<Vec<Avro>, RecoveryError> {
-    let read = |message: String| RecoveryError::Read {
-        table: table.full_name(),
-        what: location.to_owned(),
-        message,
-    };
-    let file =
-        std::fs::File::open(local_path(table, location)?).map_err(|e| read(e.to_string()))?;
+    let read = |message: String| read_error(table, location, message);
+    let file = open_local(table, location)?;
     let reader =
         apache_avro::Reader::new(std::io::BufReader::new(file)).map_err(|e| read(e.to_string()))?;
     reader.map(|r| r.map_err(|e| read(e.to_string()))).collect()
+}
+
+/// A failure to read `location`.
+fn read_error(table: &TableRef, location: &str, message: String) -> RecoveryError {
+    RecoveryError::Read {
+        table: table.full_name(),
+        what: location.to_owned(),
+        message,
+    }
+}
+
+/// The file at `location`, opened.
+fn open_local(table: &TableRef, location: &str) -> Result<std::fs::File, RecoveryError> {
+    std::fs::File::open(local_path(table, location)?)
+        .map_err(|e| read_error(table, location, e.to_string()))
 }
 
 /// The local path of a `file://` location (or a plain path); any other scheme is not read.
@@ -347,13 +357,8 @@ fn read_data_file(
     location: &str,
     columns: &BTreeMap<i32, String>,
 ) -> Result<Vec<RecordBatch>, RecoveryError> {
-    let read = |message: String| RecoveryError::Read {
-        table: table.full_name(),
-        what: location.to_owned(),
-        message,
-    };
-    let file =
-        std::fs::File::open(local_path(table, location)?).map_err(|e| read(e.to_string()))?;
+    let read = |message: String| read_error(table, location, message);
+    let file = open_local(table, location)?;
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::build)
         .map_err(|e| read(e.to_string()))?;
