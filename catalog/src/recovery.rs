@@ -21,7 +21,7 @@
 //! ([`LocalDelta`](crate::local::LocalDelta)); the Databricks path (Iceberg REST with vended
 //! credentials) is not built yet.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use arrow_array::{
@@ -216,15 +216,7 @@ pub fn select(
                 && start <= range.end
                 && end >= range.start;
             let first = inside && seen.insert((start, end, span.row.value(i)));
-            if first {
-                out.visible
-                    .merge(&Coverage::from_durable([CoverageRange::new(
-                        range.topic.clone(),
-                        range.partition,
-                        start,
-                        end,
-                    )]));
-            } else if inside {
+            if inside && !first {
                 out.duplicates += 1;
             }
             keep.push(first);
@@ -242,6 +234,12 @@ pub fn select(
             out.batches.push(kept);
         }
     }
+    // The spans the kept rows carry (a row's first copy only: its key holds its span).
+    let spans: BTreeSet<(i64, i64)> = seen.iter().map(|&(start, end, _)| (start, end)).collect();
+    out.visible =
+        Coverage::from_durable(spans.into_iter().map(|(start, end)| {
+            CoverageRange::new(range.topic.clone(), range.partition, start, end)
+        }));
     Ok(out)
 }
 

@@ -117,7 +117,7 @@ impl CoverageStore {
             .read_table(&self.table)
             .await
             .map_err(|e| self.read_err(&e))?;
-        let mut coverage = Coverage::new();
+        let mut ranges = Vec::new();
         for batch in &batches {
             let sinks = column::<StringArray>(batch, "sink", &DataType::Utf8);
             let topics = column::<StringArray>(batch, "_twg_source_topic", &DataType::Utf8);
@@ -127,26 +127,34 @@ impl CoverageStore {
             let (Some(sinks), Some(topics), Some(partitions), Some(starts), Some(ends)) =
                 (sinks, topics, partitions, starts, ends)
             else {
-                return Err(CatalogError::Delta {
-                    table: self.table.full_name(),
-                    operation: "load coverage",
-                    message: "a coverage column is missing or of another type".into(),
-                });
+                return Err(self.corrupt("a coverage column is missing or of another type".into()));
             };
             for i in 0..batch.num_rows() {
                 if sink.is_some_and(|s| sinks.value(i) != s.0) {
                     continue;
                 }
-                let partition = u32::try_from(partitions.value(i)).unwrap_or(0);
-                coverage.merge(&Coverage::from_durable([CoverageRange::new(
+                // A partition no sink could have saved is refused, never read as another one:
+                // coverage must not claim what it does not hold.
+                let partition = u32::try_from(partitions.value(i)).map_err(|_| {
+                    self.corrupt(format!("a row has partition {}", partitions.value(i)))
+                })?;
+                ranges.push(CoverageRange::new(
                     topics.value(i),
                     partition,
                     starts.value(i),
                     ends.value(i),
-                )]));
+                ));
             }
         }
-        Ok(coverage)
+        Ok(Coverage::from_durable(ranges))
+    }
+
+    fn corrupt(&self, message: String) -> CatalogError {
+        CatalogError::Delta {
+            table: self.table.full_name(),
+            operation: "load coverage",
+            message,
+        }
     }
 
     fn read_err(&self, e: &RecoveryError) -> CatalogError {
