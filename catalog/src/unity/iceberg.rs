@@ -21,7 +21,6 @@
 //! the field-id mapping and zstd Parquet are tested against a loopback stub.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use apache_avro::types::Value as Avro;
 use arrow_array::RecordBatch;
@@ -46,7 +45,8 @@ pub const ACCESS_DELEGATION: (&str, &str) = ("X-Iceberg-Access-Delegation", "ven
 const FIELD_ID: &str = "PARQUET:field_id";
 
 /// A table as Iceberg REST loads it.
-#[derive(Clone, PartialEq, Eq)]
+/// `Debug` never shows a secret: [`CloudCredentials`]'s own `Debug` redacts them.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IcebergTable {
     /// The table.
@@ -59,18 +59,6 @@ pub struct IcebergTable {
     pub columns: BTreeMap<i32, String>,
     /// The credentials vended for its storage.
     pub credentials: CloudCredentials,
-}
-
-impl fmt::Debug for IcebergTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IcebergTable")
-            .field("table", &self.table)
-            .field("metadata_location", &self.metadata_location)
-            .field("snapshot", &self.snapshot)
-            .field("columns", &self.columns)
-            .field("credentials", &self.credentials)
-            .finish()
-    }
 }
 
 /// A table's current snapshot.
@@ -264,19 +252,18 @@ pub fn data_files(loaded: &IcebergTable) -> Result<Vec<String>, RecoveryError> {
             if int(&entry, "status") == Some(2) {
                 continue;
             }
-            let Some(Avro::Record(data_file)) = field(&entry, "data_file") else {
+            let Some(data_file @ Avro::Record(_)) = field(&entry, "data_file") else {
                 return Err(bad(&path, "an entry has no data_file".into()));
             };
-            let data_file = Avro::Record(data_file.clone());
-            if int(&data_file, "content").unwrap_or(0) != 0 {
+            if int(data_file, "content").unwrap_or(0) != 0 {
                 return Err(bad(&path, "the table has delete files".into()));
             }
-            let format = string(&data_file, "file_format").unwrap_or_default();
+            let format = string(data_file, "file_format").unwrap_or_default();
             if !format.eq_ignore_ascii_case("parquet") {
                 return Err(bad(&path, format!("a data file in {format}, not Parquet")));
             }
             files.push(
-                string(&data_file, "file_path")
+                string(data_file, "file_path")
                     .ok_or_else(|| bad(&path, "a data file has no file_path".into()))?,
             );
         }
