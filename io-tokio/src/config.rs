@@ -260,11 +260,7 @@ impl TableDef {
     /// The table's role.
     #[must_use]
     pub fn role(&self) -> Role {
-        if self.primary_raw.is_some() {
-            Role::PrimaryRaw
-        } else {
-            Role::Standard
-        }
+        role_of(self.primary_raw.is_some())
     }
 
     /// Exactly `streams` streams for this table.
@@ -286,5 +282,14 @@ impl TableDef {
     pub fn keyed(mut self) -> TableDef {
         self.spec = self.spec.keyed();
         self
+    }
+}
+
+/// The role of a table with (`true`) or without the primary-raw role's shape.
+pub(crate) fn role_of(primary_raw: bool) -> Role {
+    if primary_raw {
+        Role::PrimaryRaw
+    } else {
+        Role::Standard
     }
 }

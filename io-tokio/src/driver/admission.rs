@@ -13,13 +13,14 @@ use tokio::sync::oneshot;
 use zerobus_sink::{
     Admitted, FailureReason, Lane, RejectReason, Route, SchemaId, TableId, Time, Token,
 };
-use zerobus_sink_catalog::{Role, TableCatalog};
+use zerobus_sink_catalog::TableCatalog;
 
 use super::{Blocked, Driver, Planned, Tagged};
 use crate::boundary::apply::{Origin, RowIds};
 use crate::boundary::rows::{self, Verdict};
 use crate::boundary::{self, IsolatedRows, Plan};
 use crate::command::Submit;
+use crate::config::role_of;
 use crate::confirmer::Confirmer;
 use crate::conn::TableWire;
 use crate::error::SendError;
@@ -259,11 +260,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             table: self.table_name(table),
             schema: batch_schema,
             contract: d.contract,
-            role: if d.primary_raw.is_some() {
-                Role::PrimaryRaw
-            } else {
-                Role::Standard
-            },
+            role: role_of(d.primary_raw.is_some()),
             conversions: d.conversions,
             register: !self.shapes.registered.contains(&table),
         };

@@ -60,11 +60,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         &self,
         table: TableId,
     ) -> impl Future<Output = Result<(), StreamError>> + Send + 'static + use<L, C, P> {
-        let role = self
-            .definitions
+        check(self.provisioning.clone(), self.role(table))
+    }
+
+    /// The table and shape to check, for a primary-raw table.
+    fn role(&self, table: TableId) -> Option<(TableRef, PrimaryRawShape)> {
+        self.definitions
             .get(table.index())
-            .and_then(|d| d.primary_raw.clone());
-        check(self.provisioning.clone(), role)
+            .and_then(|d| d.primary_raw.clone())
     }
 
     /// Starts the timed checks that are due: one per primary-raw table with connections.
@@ -77,11 +80,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             return;
         }
         self.recheck.next = Some(now + self.recheck.every);
-        for (index, definition) in self.definitions.iter().enumerate() {
-            let Some(role) = definition.primary_raw.clone() else {
-                continue;
-            };
-            let Some(table) = self.core.table_ids().find(|t| t.index() == index) else {
+        for table in self.core.table_ids() {
+            let Some(role) = self.role(table) else {
                 continue;
             };
             let connected = self
