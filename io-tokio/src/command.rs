@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 use zerobus_sink::{Lane, Route, Token};
 
 use crate::error::{FlushError, SendError};
+use crate::health::SinkHealth;
 use crate::receipt::Receipt;
 use crate::report::Report;
 
@@ -26,6 +27,7 @@ pub(crate) struct Submit<L: Lane> {
 pub(crate) enum Control {
     Flush(oneshot::Sender<Result<(), FlushError>>),
     Report(oneshot::Sender<Report>),
+    Health(oneshot::Sender<SinkHealth>),
     Close {
         within: Duration,
         reply: oneshot::Sender<Report>,
@@ -47,6 +49,7 @@ impl std::fmt::Debug for Control {
         f.write_str(match self {
             Control::Flush(_) => "Flush",
             Control::Report(_) => "Report",
+            Control::Health(_) => "Health",
             Control::Close { .. } => "Close",
         })
     }

@@ -93,12 +93,17 @@ mod confirmer;
 mod conn;
 mod driver;
 mod error;
-mod health;
+pub mod health;
+mod observer;
+#[cfg(feature = "ops")]
+pub mod ops;
+mod outage;
 mod provision;
 mod receipt;
 mod report;
 mod schema;
 mod sink;
+pub mod telemetry;
 mod wire;
 
 pub use auth::{AuthError, Credentials, OAuth, Secret};
@@ -107,6 +112,7 @@ pub use boundary::{BadRows, ColumnRefusal, Conversions, FaultKind, IsolatedRows,
 pub use config::{MAX_ROW_BYTES, PRIMARY_RAW_RECHECK, ResubmitPolicy, TableDef, ZerobusConfig};
 pub use confirmer::Confirmer;
 pub use error::{DeliveryError, FlushError, SendError, StartError};
+pub use observer::Observer;
 pub use provision::{NoCatalog, Provisioning};
 pub use receipt::{Delivered, Receipt};
 pub use report::{Report, TableReport};

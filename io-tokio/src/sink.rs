@@ -17,6 +17,8 @@ use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::driver::{Definition, Driver, Parts};
 use crate::error::{FlushError, SendError, StartError};
+use crate::health::SinkHealth;
+use crate::observer::Observer;
 use crate::provision::{NoCatalog, Provisioning};
 use crate::receipt::Receipt;
 use crate::report::Report;
@@ -252,9 +254,20 @@ impl<L: Lane> ZerobusSink<L> {
     /// Progress so far (`None` if the driver is gone). Never waits behind a `send` that waits
     /// for room.
     pub async fn report(&self) -> Option<Report> {
-        let (tx, rx) = oneshot::channel();
-        self.control.send(Control::Report(tx)).ok()?;
-        rx.await.ok()
+        self.observer().report().await
+    }
+
+    /// The health tree now: sink -> table -> stream (`None` if the driver is gone). Never waits
+    /// behind a `send` that waits for room.
+    pub async fn health(&self) -> Option<SinkHealth> {
+        self.observer().health().await
+    }
+
+    /// A cloneable view of the sink's report and health, for an operator endpoint or a
+    /// progress display running beside the pipeline ([`crate::ops`]).
+    #[must_use]
+    pub fn observer(&self) -> Observer {
+        Observer::new(self.control.clone())
     }
 
     /// Stops admission, drains every stream to durable and closes it. Batches not durable

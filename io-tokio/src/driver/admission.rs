@@ -16,6 +16,7 @@ use zerobus_sink::{
 use zerobus_sink_catalog::TableCatalog;
 
 use super::{Blocked, Driver, Planned, Tagged};
+use crate::boundary::ColumnRefusal;
 use crate::boundary::apply::{Origin, RowIds};
 use crate::boundary::rows::{self, Verdict};
 use crate::boundary::{self, IsolatedRows, Plan};
@@ -96,6 +97,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 faults,
             } => {
                 self.report.bad_rows(table, bad.num_rows() as u64, true);
+                self.telemetry.bad_rows(table, bad.num_rows() as u64, true);
                 tracing::warn!(
                     table = %name,
                     rows = bad.num_rows(),
@@ -116,6 +118,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         };
         let rows = boundary::rows_named(&faults);
         self.report.bad_rows(table, rows as u64, false);
+        self.telemetry.bad_rows(table, rows as u64, false);
         tracing::warn!(
             table = %name,
             rows,
@@ -192,6 +195,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         let route = tagged.route;
         match self.core.submit(now, route, tagged, token) {
             Ok(Admitted { table, seq }) => {
+                self.telemetry.backpressured = None;
                 let (tx, rx) = oneshot::channel();
                 self.receipts.insert(id, tx);
                 // If the sender has given up waiting, the token still reaches the confirmer.
@@ -200,6 +204,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
                 // The backpressure: hold the send (and stop taking submits) until the window
                 // has room. Reports, flushes and closes still get through.
+                self.telemetry.blocked(route.table());
                 self.blocked = Some(Blocked::Full {
                     tagged: rejected.batch,
                     token: rejected.token,
@@ -303,7 +308,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     .unwrap_or_default();
                 match Plan::new(batch_schema, &live, conversions) {
                     Ok(plan) => {
-                        self.report.planned(table, plan.kinds(), [].iter());
+                        let kinds: Vec<_> = plan.kinds().collect();
+                        self.report.planned(table, kinds.iter().copied(), [].iter());
+                        self.telemetry.planned(table, &kinds, 0);
                         tracing::info!(table = %name, %schema, ?executed, "table reconciled");
                         let wire = Arc::new(TableWire {
                             name: name.clone(),
@@ -320,6 +327,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         if let Planned::Refused(refusals) = &planned {
             self.report
                 .planned(table, std::iter::empty(), refusals.iter());
+            let kinds: Vec<_> = refusals.iter().map(ColumnRefusal::kind).collect();
+            let loud = refusals.iter().filter(|r| r.is_loud()).count() as u64;
+            self.telemetry.planned(table, &kinds, loud);
             tracing::error!(
                 table = %name,
                 %schema,

@@ -33,10 +33,12 @@ use crate::config::ResubmitPolicy;
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
 use crate::error::{DeliveryError, FlushError, SendError};
-use crate::health::Health;
+use crate::health::{SinkHealth, StreamHealth, TableHealth};
+use crate::outage::Outages;
 use crate::provision::{Answer, Provisioning};
 use crate::receipt::{Delivered, Receipt};
 use crate::report::Report;
+use crate::telemetry::Telemetry;
 
 /// A batch with the id of its receipt and its route, and what its rows are stamped with
 /// (where they came from, their indices in the batch as sent); slices keep all of it.
@@ -148,7 +150,8 @@ pub(crate) struct Driver<L: Lane, C, P> {
     events_tx: mpsc::UnboundedSender<Input<L>>,
     events: mpsc::UnboundedReceiver<Input<L>>,
     receipts: HashMap<u64, oneshot::Sender<Result<Delivered, DeliveryError>>>,
-    sent: HashMap<(SlotId, LogicalOffset), u64>,
+    /// Each batch sent: its receipt id and the bytes the window counted for it.
+    sent: HashMap<(SlotId, LogicalOffset), (u64, u64)>,
     /// Resubmissions so far and rows already durable (prefixes sliced off on earlier
     /// attempts), per receipt id.
     attempts: HashMap<u64, (u32, u64)>,
@@ -160,7 +163,8 @@ pub(crate) struct Driver<L: Lane, C, P> {
     failed_since_flush: u64,
     closing: Option<oneshot::Sender<Report>>,
     handle_gone: bool,
-    health: Health,
+    outages: Outages,
+    telemetry: Telemetry,
     report: Report,
     provisioning: Option<Arc<Provisioning<P>>>,
     definitions: Vec<Definition>,
@@ -177,6 +181,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         let (events_tx, events) = mpsc::unbounded_channel();
         let (answers_tx, answers) = mpsc::unbounded_channel();
         let report = Report::for_tables(parts.tables.iter().map(|t| t.name.clone()));
+        let telemetry = Telemetry::new::<L>(parts.tables.iter().map(|t| t.name.clone()));
         let (recheck_tx, recheck_rx) = mpsc::unbounded_channel();
         let any_primary_raw = parts.definitions.iter().any(|d| d.primary_raw.is_some());
         let recheck = role::Recheck {
@@ -207,7 +212,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             failed_since_flush: 0,
             closing: None,
             handle_gone: false,
-            health: Health::default(),
+            outages: Outages::default(),
+            telemetry,
             report,
             provisioning: parts.provisioning.map(Arc::new),
             definitions: parts.definitions,
@@ -300,15 +306,18 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         let conn = input.conn();
         let table = self.core.slot_table(conn.slot());
         let name = table.map(|t| self.table_name(t)).unwrap_or_default();
-        self.health.before(&name, &input);
+        self.outages.before(&name, &input);
+        self.telemetry.input(&self.core, &input);
         let ready = matches!(&input, Input::Result { result, .. } if result.ack_up_to_offset == -1);
-        match self.core.handle(now, input) {
+        let handled = self.core.handle(now, input);
+        self.telemetry.settle(&self.core, conn.slot());
+        match handled {
             Handled::Violation(e) => tracing::warn!(error = %e, %conn, "protocol violation"),
             Handled::Ignored(Ignored::Unreadable { reason }) => {
                 tracing::warn!(%reason, %conn, "ignoring a PutResult");
             }
             Handled::Ignored(why) => tracing::trace!(?why, %conn, "input ignored"),
-            Handled::Applied if ready => self.health.ready(&name, conn),
+            Handled::Applied if ready => self.outages.ready(&name, conn),
             _ => {}
         }
     }
@@ -319,6 +328,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             Control::Flush(reply) => self.flushes.push(reply),
             Control::Report(reply) => {
                 let _ = reply.send(self.snapshot());
+            }
+            Control::Health(reply) => {
+                let _ = reply.send(self.health());
             }
             Control::Close { within, reply } => {
                 self.core.close(now, now + within);
@@ -419,6 +431,50 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         r
     }
 
+    /// The health tree, from the core's state and the telemetry's per-stream view.
+    fn health(&self) -> SinkHealth {
+        let tables = self
+            .core
+            .table_ids()
+            .map(|table| {
+                let streams = self
+                    .core
+                    .table_slots(table)
+                    .enumerate()
+                    .map(|(stream, slot)| {
+                        let state = self.telemetry.stream_state(slot);
+                        StreamHealth {
+                            stream,
+                            phase: state.map_or(crate::health::Phase::Idle, |s| s.phase),
+                            last_ack_age: state.and_then(|s| s.last_ack).map(|at| at.elapsed()),
+                            window_fill: crate::telemetry::window_fill(&self.core, slot),
+                            pending_batches: self
+                                .core
+                                .slot_watermarks(slot)
+                                .map_or(0, |w| w.pending()),
+                            last_error: state.and_then(|s| s.last_error.clone()),
+                        }
+                    })
+                    .collect();
+                TableHealth {
+                    name: self.table_name(table),
+                    failed: self.core.table_failed(table),
+                    backpressure: self.telemetry.backpressured == Some(table),
+                    queued_batches: self.core.queued(table).map_or(0, |q| q.batches),
+                    streams,
+                }
+            })
+            .collect();
+        SinkHealth {
+            lane: L::NAME,
+            uptime: self.epoch.elapsed(),
+            closing: self.closing.is_some() || self.handle_gone,
+            open_streams: self.core.open_streams(),
+            waiting_to_resubmit: self.again.len(),
+            tables,
+        }
+    }
+
     /// Whether a hand-back for `reason` is worth another attempt: a slot spent its retry
     /// budget (an outage), not a final verdict on the batch or the table.
     fn transient(reason: &FailureReason) -> bool {
@@ -437,6 +493,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     ) {
         let name = self.table_name(table);
         self.report.failed(table);
+        self.telemetry.handed_back(table, reason);
         self.failed_since_flush += 1;
         let failed = FailedBatch {
             offset: None,
@@ -478,9 +535,12 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     let events = self.events_tx.clone();
                     let handle = conn::spawn(self.shared.clone(), wire, conn, events, gate);
                     self.conns.insert(conn, handle);
+                    self.telemetry.opened(&self.core, conn.slot());
                 }
                 Output::Send(t) => {
-                    self.sent.insert((t.slot(), t.offset), t.batch.id);
+                    let bytes = Batch::bytes(&t.batch);
+                    self.sent.insert((t.slot(), t.offset), (t.batch.id, bytes));
+                    self.telemetry.settle(&self.core, t.slot());
                     let key = (t.table, t.batch.route.schema_id());
                     let batch = match self.shapes.plans.get(&key) {
                         Some(Planned::Ready(plan, _)) if !plan.identity => {
@@ -509,6 +569,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 }
                 Output::Reconcile { table, schema } => self.reconcile(now, table, schema),
                 Output::Close { conn, graceful } => {
+                    self.telemetry.closed(&self.core, conn.slot(), graceful);
                     if graceful {
                         if let Some(h) = self.conns.get(&conn) {
                             let _ = h.commands.send(conn::Command::HalfClose);
@@ -521,8 +582,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 Output::Confirmed(burst) => {
                     let table = burst.table();
                     let name = self.table_name(table);
+                    let bytes = burst
+                        .iter()
+                        .filter_map(|c| self.sent.get(&(c.slot(), c.offset())))
+                        .map(|(_, bytes)| bytes)
+                        .sum();
+                    self.telemetry.confirmed(&self.core, &burst, bytes);
                     for c in burst {
-                        let id = self.sent.remove(&(c.slot(), c.offset()));
+                        let id = self.sent.remove(&(c.slot(), c.offset())).map(|(id, _)| id);
                         let delivered = Delivered {
                             slot: c.slot(),
                             offset: c.offset(),
