@@ -58,11 +58,15 @@ mod refusal;
 mod table_ref;
 pub mod types;
 
+#[cfg(all(feature = "local", feature = "unity"))]
+mod any;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "unity")]
 pub mod unity;
 
+#[cfg(all(feature = "local", feature = "unity"))]
+pub use any::AnyCatalog;
 pub use catalog::{
     Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,
     sink_property,

@@ -102,6 +102,8 @@ mod provision;
 mod receipt;
 mod report;
 mod schema;
+#[cfg(feature = "config")]
+pub mod settings;
 mod sink;
 pub mod telemetry;
 mod wire;

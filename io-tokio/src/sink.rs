@@ -189,6 +189,20 @@ impl<L: Lane> ZerobusSink<L> {
                 table: name.clone(),
                 reason: e.to_string(),
             })?;
+            if let Some(pool) = core.table_pool(id) {
+                let w = config.core.window;
+                tracing::info!(
+                    table = %name,
+                    streams = pool.slots,
+                    by_bytes = pool.by_bytes,
+                    by_rows = pool.by_rows,
+                    capped = pool.capped,
+                    window_batches = w.max_batches,
+                    window_bytes = w.max_bytes,
+                    window_rows = w.max_rows,
+                    "table registered"
+                );
+            }
             wires.push((
                 id,
                 Arc::new(TableWire {

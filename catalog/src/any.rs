@@ -1,0 +1,78 @@
+//! Either backend, chosen at run time (a configuration file names it): an enum, not a trait
+//! object, so the sink stays generic over one concrete [`TableCatalog`].
+
+use crate::local::LocalDelta;
+use crate::unity::UnityCatalog;
+use crate::{
+    Access, CatalogError, DesiredTable, LiveTable, Policy, PrimaryRawShape, ReconcileOutcome,
+    SinkId, TableCatalog, TableRef, VendedCredentials,
+};
+
+/// The Unity Catalog backend or the local one (the Unity client boxed: it is ten times the
+/// size of the local one).
+#[derive(Debug)]
+pub enum AnyCatalog {
+    /// Unity Catalog (Databricks, or the open-source server).
+    Unity(Box<UnityCatalog>),
+    /// Local Delta tables under a root folder (`zerobus-local`).
+    Local(LocalDelta),
+}
+
+impl AnyCatalog {
+    /// The shape a primary-raw table takes in this backend (Iceberg-readable in Unity
+    /// Catalog, delta-rs readable locally).
+    #[must_use]
+    pub fn primary_raw_shape(&self) -> PrimaryRawShape {
+        match self {
+            AnyCatalog::Unity(_) => PrimaryRawShape::IcebergCompatV2,
+            AnyCatalog::Local(_) => PrimaryRawShape::DeltaReadable,
+        }
+    }
+
+    /// The backend's name, for logs: `unity` or `local`.
+    #[must_use]
+    pub fn backend(&self) -> &'static str {
+        match self {
+            AnyCatalog::Unity(_) => "unity",
+            AnyCatalog::Local(_) => "local",
+        }
+    }
+}
+
+impl TableCatalog for AnyCatalog {
+    async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.describe(table).await,
+            AnyCatalog::Local(c) => c.describe(table).await,
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        desired: &DesiredTable,
+        policy: &Policy,
+    ) -> Result<ReconcileOutcome, CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.reconcile(desired, policy).await,
+            AnyCatalog::Local(c) => c.reconcile(desired, policy).await,
+        }
+    }
+
+    async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.register_sink(table, sink).await,
+            AnyCatalog::Local(c) => c.register_sink(table, sink).await,
+        }
+    }
+
+    async fn vend_credentials(
+        &self,
+        table: &TableRef,
+        access: Access,
+    ) -> Result<VendedCredentials, CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.vend_credentials(table, access).await,
+            AnyCatalog::Local(c) => c.vend_credentials(table, access).await,
+        }
+    }
+}
