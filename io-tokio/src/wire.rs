@@ -4,8 +4,8 @@
 
 use arrow_array::RecordBatch;
 use arrow_flight::{FlightData, PutResult, SchemaAsIpc};
+use arrow_ipc::CompressionType;
 use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
-use arrow_ipc::{CompressionType, MetadataVersion};
 use arrow_schema::{ArrowError, Schema};
 use serde::Deserialize;
 use zerobus_sink::PutResultMeta;
@@ -23,15 +23,15 @@ pub enum Compression {
     None,
 }
 
-/// IPC write options as the official client makes them: with compression, 8-byte alignment,
-/// V5 and the codec in each batch header; without, the IPC defaults.
+/// IPC write options as the official client makes them (PROTOCOL.md A.2): the IPC defaults
+/// (64-byte alignment, V5) plus the codec, named in each batch header.
 pub(crate) fn write_options(compression: Compression) -> Result<IpcWriteOptions, ArrowError> {
     let codec = match compression {
         Compression::Zstd => CompressionType::ZSTD,
         Compression::Lz4 => CompressionType::LZ4_FRAME,
         Compression::None => return Ok(IpcWriteOptions::default()),
     };
-    IpcWriteOptions::try_new(8, false, MetadataVersion::V5)?.try_with_compression(Some(codec))
+    IpcWriteOptions::default().try_with_compression(Some(codec))
 }
 
 /// Message 0 of every call: the schema, with empty `app_metadata` and no descriptor.
@@ -105,6 +105,39 @@ pub(crate) fn parse(result: &PutResult) -> Result<PutResultMeta, MetadataError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_body_buffer_is_aligned_to_64_bytes_as_the_official_client_writes_it() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int8Array, StringArray};
+        // Odd lengths: with 8-byte alignment the second buffer would start at 8 or 16.
+        let small: ArrayRef = Arc::new(Int8Array::from(vec![1, 2, 3]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None, Some("abcde")]));
+        let batch = RecordBatch::try_from_iter([("small", small), ("text", text)]).unwrap();
+        for compression in [Compression::Zstd, Compression::Lz4, Compression::None] {
+            let options = write_options(compression).unwrap();
+            let data = batch_message(&batch, 0, &options, &mut IpcWriteContext::default()).unwrap();
+            let message = arrow_ipc::root_as_message(&data.data_header).unwrap();
+            let header = message.header_as_record_batch().unwrap();
+            let buffers = header.buffers().unwrap();
+            assert!(buffers.len() >= 5, "{compression:?}");
+            for b in buffers {
+                assert_eq!(
+                    b.offset() % 64,
+                    0,
+                    "{compression:?}: buffer at {}",
+                    b.offset()
+                );
+            }
+            assert_eq!(data.data_body.len() % 64, 0, "{compression:?}");
+            assert_eq!(
+                header.compression().is_some(),
+                compression != Compression::None,
+                "the codec is named in the header"
+            );
+        }
+    }
 
     fn put(json: &str) -> PutResult {
         PutResult {
