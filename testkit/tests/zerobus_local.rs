@@ -1,0 +1,87 @@
+//! The `zerobus-local` binary's flags: help and version, a bad value refused naming the flag,
+//! the environment fallbacks taken, and a real start on an ephemeral port.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn zerobus_local() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zerobus-local"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ZEROBUS_LOCAL_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+#[test]
+fn help_lists_every_flag_with_its_environment_variable() {
+    let out = zerobus_local().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for (flag, env) in [
+        ("--addr", "ZEROBUS_LOCAL_ADDR"),
+        ("--wal-dir", "ZEROBUS_LOCAL_WAL_DIR"),
+        ("--tables", "ZEROBUS_LOCAL_TABLES"),
+        ("--materialize-lag-ms", "ZEROBUS_LOCAL_MATERIALIZE_LAG_MS"),
+        ("--ack-latency-ms", "ZEROBUS_LOCAL_ACK_LATENCY_MS"),
+        (
+            "--max-messages-per-ack",
+            "ZEROBUS_LOCAL_MAX_MESSAGES_PER_ACK",
+        ),
+        (
+            "--max-streams-per-table",
+            "ZEROBUS_LOCAL_MAX_STREAMS_PER_TABLE",
+        ),
+    ] {
+        assert!(
+            help.contains(flag) && help.contains(env),
+            "{flag} {env}:\n{help}"
+        );
+    }
+    let version = zerobus_local().arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8(version.stdout).unwrap().trim(),
+        format!("zerobus-local {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn a_bad_value_is_refused_naming_its_flag() {
+    let out = zerobus_local()
+        .args(["--ack-latency-ms", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--ack-latency-ms"), "{err}");
+}
+
+#[test]
+fn it_starts_where_the_environment_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("from-env");
+    let mut child = zerobus_local()
+        .env("ZEROBUS_LOCAL_ADDR", "127.0.0.1:0")
+        .env("ZEROBUS_LOCAL_TABLES", &tables)
+        .args(["--wal-dir", &dir.path().join("wal").display().to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        first.starts_with("zerobus-local listening on http://127.0.0.1:"),
+        "{first}"
+    );
+    let port: u16 = first["zerobus-local listening on http://127.0.0.1:".len()..]
+        .split(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    assert_ne!(port, 0, "an ephemeral port was bound: {first}");
+    assert!(second.contains(&tables.display().to_string()), "{second}");
+}
