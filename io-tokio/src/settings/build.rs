@@ -394,9 +394,13 @@ pub(super) fn apply(
         BadRowsName::FailBatch => BadRows::FailBatch,
         BadRowsName::Isolate => BadRows::Isolate,
     };
-    def.conversions = Conversions {
+    def.conversions = conversions(t);
+    Ok(def)
+}
+
+pub(super) fn conversions(t: &TableSection) -> Conversions {
+    Conversions {
         nested_to_json: t.nested_to_json,
         zoned_to_utc_wall_time: t.zoned_to_utc_wall_time,
-    };
-    Ok(def)
+    }
 }

@@ -20,7 +20,7 @@ pub enum ConfigFileError {
         source: std::io::Error,
     },
     /// A key is missing, unknown, of the wrong type or out of range.
-    #[error("{key}: {reason}")]
+    #[error("{}: {reason}", if key.is_empty() { "(top level)" } else { key })]
     Invalid {
         /// The key path, e.g. `table[1].bad_rows` (empty for the file as a whole).
         key: String,

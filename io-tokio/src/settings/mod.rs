@@ -23,6 +23,7 @@
 //! ```
 
 mod build;
+mod dry_run;
 mod error;
 mod file;
 
@@ -30,6 +31,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
+pub use dry_run::TablePlan;
 pub use error::ConfigFileError;
 use zerobus_sink::{Lane, SinkCore, SizedPool};
 use zerobus_sink_catalog::{AnyCatalog, TableRef};
@@ -113,6 +115,24 @@ impl SinkFile {
             .enumerate()
             .find(|(_, t)| t.name == name)?;
         build::columns(i, t).ok().flatten()
+    }
+
+    /// The same file with only the table named `name` (a one-table load), or a refusal naming
+    /// the tables it has.
+    pub fn only(&self, name: &str) -> Result<SinkFile, ConfigFileError> {
+        let mut file = self.file.clone();
+        file.tables.retain(|t| t.name == name);
+        if file.tables.is_empty() {
+            let known: Vec<_> = self.table_names().collect();
+            return Err(ConfigFileError::invalid(
+                "table",
+                format!(
+                    "no [[table]] named `{name}` (the file has: {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(SinkFile { file })
     }
 
     /// How long `close` drains (`shutdown.drain`, [`SHUTDOWN_DRAIN`] by default).

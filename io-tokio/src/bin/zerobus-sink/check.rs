@@ -1,0 +1,108 @@
+//! `zerobus-sink check`: the file parsed and checked, what it derives, and what the catalog
+//! would do (planned, not executed).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use arrow_schema::SchemaRef;
+use zerobus_sink_tokio::settings::SinkFile;
+
+use crate::input;
+
+pub async fn run(path: &Path, offline: bool, schema_args: &[String]) -> ExitCode {
+    let file = match SinkFile::load(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("refused: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
+    for arg in schema_args {
+        let Some((table, source)) = arg.split_once('=') else {
+            eprintln!("--schema {arg}: expected TABLE=FILE");
+            return ExitCode::from(2);
+        };
+        match input::open(Path::new(source), 1) {
+            Ok(i) => {
+                schemas.insert(table.to_owned(), i.schema);
+            }
+            Err(e) => {
+                eprintln!("--schema {arg}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let derived = match file.derived() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("refused: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "config ok: {} ({} sink -> {})",
+        path.display(),
+        derived.lane,
+        derived.endpoint
+    );
+    let (batches, bytes, rows) = derived.window;
+    println!(
+        "streams: at most {} open; window per stream {batches} batches, {bytes} bytes, {rows} rows; \
+         close drains {:?}",
+        derived.max_open_streams, derived.drain
+    );
+    println!("tables:");
+    for (name, role, pool) in &derived.tables {
+        println!(
+            "  {name}  {role}  {} stream(s) (by bytes {}, by rows {}{})",
+            pool.slots,
+            pool.by_bytes,
+            pool.by_rows,
+            if pool.capped { ", capped" } else { "" }
+        );
+    }
+    if let Err(e) = file.config() {
+        eprintln!("refused: {e}");
+        return ExitCode::FAILURE;
+    }
+    let catalog = match file.catalog_with_env(|n| std::env::var(n).ok()) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            println!("catalog: none (tables are taken as they are)");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("refused: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if offline {
+        println!("catalog: {} (not reached: --offline)", catalog.backend());
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "catalog: {}; what reconciling would do (not executed):",
+        catalog.backend()
+    );
+    let mut ok = true;
+    for plan in file.dry_run(&catalog, |t| schemas.get(t).cloned()).await {
+        match plan.outcome {
+            Ok(p) => {
+                let refused = p.refusals();
+                ok &= refused.is_empty();
+                println!("  {}", p.to_string().replace('\n', "\n  "));
+            }
+            Err(reason) => {
+                ok = false;
+                println!("  {}: cannot plan: {reason}", plan.table);
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

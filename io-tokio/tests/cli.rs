@@ -1,0 +1,229 @@
+//! The `zerobus-sink` binary, run as a process: `check` (derived values, the catalog's plan,
+//! refusals naming the key), `ingest` of an Arrow IPC file and a Parquet file into zerobus-local
+//! (rows read back from the Delta table), `status` against a running sink's endpoint.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use common::{Recorder, orders, schema};
+use zerobus_sink::{Raw, Token};
+use zerobus_sink_catalog::TableRef;
+use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops};
+
+const TABLE: &str = "main.bronze.orders";
+
+/// Runs the binary off the runtime's threads (the test's emulator keeps serving meanwhile).
+async fn run(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_zerobus-sink"))
+            .args(&args)
+            .env_remove("ZEROBUS_SINK_OPS_URL")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn write_config(dir: &Path, endpoint: &str, root: &Path, columns: bool) -> PathBuf {
+    let columns = if columns {
+        "columns = [\n  { name = \"order_id\", type = \"long\", nullable = false },\n  \
+         { name = \"customer\", type = \"string\", nullable = false },\n  \
+         { name = \"amount\", type = \"double\", nullable = false },\n]\n"
+    } else {
+        ""
+    };
+    let path = dir.join("sink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[sink]\nendpoint = \"{endpoint}\"\nname = \"cli\"\n[catalog]\nbackend = \"local\"\n\
+             root = \"{}\"\n[shutdown]\ndrain = \"10s\"\n[[table]]\nname = \"{TABLE}\"\n\
+             streams = 1\n{columns}",
+            root.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn arrow_file(path: &Path, batches: &[RecordBatch]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = arrow_ipc::writer::FileWriter::try_new(file, &schema()).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn parquet_file(path: &Path, batches: &[RecordBatch]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema(), None).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_prints_what_the_file_derives_and_what_the_catalog_would_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tables");
+    let config = write_config(dir.path(), "http://127.0.0.1:1", &root, true);
+    let out = run(vec!["check".into(), config.display().to_string()]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("config ok"), "{stdout}");
+    assert!(
+        stdout.contains("raw sink -> http://127.0.0.1:1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("window per stream 1000 batches"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{TABLE}  standard  1 stream(s)")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("catalog: local"), "{stdout}");
+    assert!(stdout.contains(&format!("reconcile {TABLE}:")), "{stdout}");
+    assert!(stdout.contains("create table ("), "{stdout}");
+    // Planned, not executed: the table is still absent.
+    let live = LocalDelta::new(&root);
+    use zerobus_sink_catalog::TableCatalog;
+    assert!(
+        live.describe(&TableRef::parse(TABLE).unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A refused file: exit 1, the key named.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[sink]\nendpoint = \"http://x\"\n[window]\nmax_rows = 0\n",
+    )
+    .unwrap();
+    let out = run(vec!["check".into(), bad.display().to_string()]).await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("window.max_rows"), "{stderr}");
+    // Usage errors: exit 2.
+    let out = run(vec!["check".into()]).await;
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_loads_ipc_and_parquet_files_into_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tables");
+    let emu = Emulator::start(
+        EmulatorConfig::new(dir.path().join("wal"))
+            .delta_root(root.clone())
+            .materialize_lag(Duration::from_millis(20)),
+    )
+    .await
+    .unwrap();
+    let config = write_config(dir.path(), &emu.url(), &root, false);
+    let ipc = dir.path().join("a.arrow");
+    arrow_file(&ipc, &[orders(0, 300), orders(300, 200)]);
+    let pq = dir.path().join("b.parquet");
+    parquet_file(&pq, &[orders(500, 700)]);
+    let out = run(vec![
+        "ingest".into(),
+        config.display().to_string(),
+        "--table".into(),
+        TABLE.into(),
+        "--batch-rows".into(),
+        "256".into(),
+        ipc.display().to_string(),
+        pq.display().to_string(),
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{TABLE}: 1200 rows durable, 0 not durable, 0 refused"
+        )),
+        "{stdout}"
+    );
+    emu.until_materialized(TABLE).await;
+    let (batches, _) = LocalDelta::new(&root)
+        .read_table(&TableRef::parse(TABLE).unwrap())
+        .await
+        .unwrap();
+    let ids = common::ids(&batches);
+    assert_eq!(ids.len(), 1200);
+    assert!(ids.values().all(|n| *n == 1), "each row once");
+    // The Parquet file went in 256-row batches: 3 of them, after the IPC file's 2.
+    assert_eq!(emu.stats().messages, 5, "{:?}", emu.stats());
+
+    // A table the file does not list: refused, named.
+    let out = run(vec![
+        "ingest".into(),
+        config.display().to_string(),
+        "--table".into(),
+        "main.bronze.nope".into(),
+        ipc.display().to_string(),
+    ])
+    .await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("main.bronze.nope") && stderr.contains(TABLE),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_prints_a_running_sinks_health_tree() {
+    let prometheus = ops::install_prometheus().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let emu = common::emulator(&dir, |c| c).await;
+    let table = TableDef::new(TABLE, schema()).streams(1);
+    let mut sink =
+        ZerobusSink::<Raw>::start(common::config(&emu), vec![table], Recorder::default()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(ops::serve(listener, sink.observer(), prometheus));
+    let id = sink.table(TABLE).unwrap();
+    let _receipt = sink
+        .send(id, orders(0, 10), Token::raw("orders", 0, 9))
+        .await
+        .unwrap();
+    sink.flush().await.unwrap();
+
+    let out = run(vec!["status".into(), url.clone()]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("raw sink: healthy"), "{stdout}");
+    assert!(stdout.contains(&format!("  {TABLE}: ok")), "{stdout}");
+    assert!(stdout.contains("    stream 0: live, last ack "), "{stdout}");
+    let out = run(vec!["status".into(), url.clone(), "--json".into()]).await;
+    let tree: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(tree["tables"][0]["name"], TABLE);
+
+    sink.close(Duration::from_secs(10)).await;
+    let out = run(vec!["status".into(), url]).await;
+    assert_eq!(out.status.code(), Some(1), "a closed sink is not healthy");
+    server.abort();
+    // Nothing listening: exit 2.
+    let out = run(vec!["status".into(), "http://127.0.0.1:9".into()]).await;
+    assert_eq!(out.status.code(), Some(2));
+}
