@@ -81,12 +81,10 @@ pub(crate) fn spawn<L: Lane>(
     gate: impl Future<Output = Result<(), StreamError>> + Send + 'static,
 ) -> Handle {
     let (commands, rx) = mpsc::unbounded_channel();
-    let span = tracing::info_span!(
-        "stream",
-        table = %table.name,
-        slot = %conn.slot(),
-        conn = %conn.generation()
-    );
+    // table > stream > connection: every event of the call names all three ids.
+    let table_span = tracing::info_span!("table", table = %table.name);
+    let stream_span = tracing::info_span!(parent: &table_span, "stream", slot = %conn.slot());
+    let span = tracing::info_span!(parent: &stream_span, "connection", conn = %conn.generation());
     let task = tokio::spawn(
         async move {
             let report = |input: Input<L>| {

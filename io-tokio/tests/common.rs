@@ -106,6 +106,36 @@ impl Confirmer<Raw> for Recorder {
     }
 }
 
+/// Collects what the sink logs.
+#[derive(Clone, Default)]
+pub struct Logs(pub Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    pub fn lines(&self, level: &str, containing: &str) -> usize {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains(containing))
+            .count()
+    }
+}
+
+impl Logs {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 pub async fn emulator(
     dir: &tempfile::TempDir,
     f: impl FnOnce(EmulatorConfig) -> EmulatorConfig,

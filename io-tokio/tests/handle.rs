@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Recorder, TABLE, config, emulator, orders, table};
+use common::{Logs, Recorder, TABLE, config, emulator, orders, table};
 use zerobus_sink::{Raw, SinkConfig, Token, WindowLimits};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{SendError, Sink, StartError, ZerobusConfig, ZerobusSink};
@@ -125,29 +123,6 @@ async fn an_endpoint_without_a_scheme_is_refused_at_start() {
         "{err}"
     );
     assert!(err.to_string().contains("https://"), "{err}");
-}
-
-/// Collects what the sink logs.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn lines(&self, level: &str, containing: &str) -> usize {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        text.lines()
-            .filter(|l| l.contains(level) && l.contains(containing))
-            .count()
-    }
 }
 
 #[tokio::test]

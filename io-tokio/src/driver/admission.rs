@@ -271,22 +271,27 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         };
         tracing::debug!(table = %request.table, %schema, "reconciling");
         let answers = self.answers_tx.clone();
-        tokio::spawn(async move {
-            let mut wait = Duration::from_secs(1);
-            let answer = loop {
-                let answer = provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
-                if answer.is_some() {
-                    break answer;
-                }
-                if answers.is_closed() {
-                    // The sink has stopped: nobody waits for this schema any more.
-                    return;
-                }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(30));
-            };
-            let _ = answers.send((table, schema, answer));
-        });
+        let span = tracing::info_span!("table", table = %request.table);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let mut wait = Duration::from_secs(1);
+                let answer = loop {
+                    let answer =
+                        provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
+                    if answer.is_some() {
+                        break answer;
+                    }
+                    if answers.is_closed() {
+                        // The sink has stopped: nobody waits for this schema any more.
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                };
+                let _ = answers.send((table, schema, answer));
+            },
+            span,
+        ));
     }
 
     /// A reconcile's answer: the schema's plan, or every refusal.
