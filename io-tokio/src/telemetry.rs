@@ -76,6 +76,9 @@ pub(crate) struct StreamState {
     bytes: Counter,
     batches: Counter,
     opened: u64,
+    /// The table's name and the stream's index, for logs.
+    table: String,
+    index: usize,
     pub(crate) phase: Phase,
     pub(crate) last_ack: Option<Instant>,
     pub(crate) last_error: Option<String>,
@@ -163,7 +166,7 @@ impl Telemetry {
         self.streams.entry(slot).or_insert_with(|| {
             let l = [
                 ("lane", lane.to_owned()),
-                ("table", table),
+                ("table", table.clone()),
                 ("stream", index.to_string()),
             ];
             StreamState {
@@ -181,6 +184,8 @@ impl Telemetry {
                 bytes: counter!(BYTES_DURABLE, &l),
                 batches: counter!(BATCHES_DURABLE, &l),
                 opened: 0,
+                table,
+                index,
                 phase: Phase::Idle,
                 last_ack: None,
                 last_error: None,
@@ -203,8 +208,17 @@ impl Telemetry {
             s.retries.increment(now.retries.saturating_sub(was.retries));
             s.poisoned
                 .increment(now.poisoned.saturating_sub(was.poisoned));
-            s.ack_timeouts
-                .increment(now.ack_timeouts.saturating_sub(was.ack_timeouts));
+            let timeouts = now.ack_timeouts.saturating_sub(was.ack_timeouts);
+            s.ack_timeouts.increment(timeouts);
+            if timeouts > 0 {
+                // The environmental branch of the runbook: the service is slow, not our stream.
+                tracing::warn!(
+                    table = %s.table,
+                    stream = s.index,
+                    "acks slower than ack_timeout: the oldest batch waited past it; the stream \
+                     drains and reconnects"
+                );
+            }
             s.concurrency
                 .increment(now.concurrency.saturating_sub(was.concurrency));
             s.auth.increment(now.auth.saturating_sub(was.auth));

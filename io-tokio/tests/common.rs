@@ -214,3 +214,50 @@ impl RawRig {
             .expect("the table was created for the role")
     }
 }
+
+/// One sample of the scrape: its name, labels and value.
+#[derive(Debug)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// Parses the Prometheus text format (the subset the exporter writes: no escapes in values).
+pub fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let labels = rest
+                        .trim_end_matches('}')
+                        .split("\",")
+                        .filter(|kv| !kv.is_empty())
+                        .map(|kv| {
+                            let (k, v) = kv.split_once('=').expect("label=value");
+                            (k.to_owned(), v.trim_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), BTreeMap::new()),
+            };
+            Sample {
+                name,
+                labels,
+                value: value.parse().expect("a number"),
+            }
+        })
+        .collect()
+}
+
+/// The sum of a metric over the series of one table.
+pub fn sum(samples: &[Sample], name: &str, table: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && s.labels.get("table").map(String::as_str) == Some(table))
+        .map(|s| s.value)
+        .sum()
+}

@@ -7,10 +7,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Recorder, config, emulator, orders, schema};
+use common::{Recorder, config, emulator, orders, parse, schema, sum};
 use zerobus_sink::{PoolSizing, Raw, Token};
 use zerobus_sink_testkit::emulator::{Code, Fault};
 use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops, telemetry};
@@ -19,53 +18,6 @@ const DYING: &str = "main.bronze.orders";
 const CALM: &str = "main.bronze.refunds";
 const DENIED: &str = "main.bronze.denied";
 const ROWS: i64 = 100;
-
-/// One sample of the scrape: its name, labels and value.
-#[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-/// Parses the Prometheus text format (the subset the exporter writes: no escapes in values).
-fn parse(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|line| {
-            let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
-            let (name, labels) = match series.split_once('{') {
-                Some((name, rest)) => {
-                    let labels = rest
-                        .trim_end_matches('}')
-                        .split("\",")
-                        .filter(|kv| !kv.is_empty())
-                        .map(|kv| {
-                            let (k, v) = kv.split_once('=').expect("label=value");
-                            (k.to_owned(), v.trim_matches('"').to_owned())
-                        })
-                        .collect();
-                    (name.to_owned(), labels)
-                }
-                None => (series.to_owned(), BTreeMap::new()),
-            };
-            Sample {
-                name,
-                labels,
-                value: value.parse().expect("a number"),
-            }
-        })
-        .collect()
-}
-
-/// The sum of a metric over the series of one table.
-fn sum(samples: &[Sample], name: &str, table: &str) -> f64 {
-    samples
-        .iter()
-        .filter(|s| s.name == name && s.labels.get("table").map(String::as_str) == Some(table))
-        .map(|s| s.value)
-        .sum()
-}
 
 async fn get(url: &str) -> (u16, String) {
     let response = reqwest::get(url).await.expect("the endpoint answers");
