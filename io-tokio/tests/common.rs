@@ -107,7 +107,7 @@ impl Confirmer<Raw> for Recorder {
 }
 
 /// Collects what the sink logs.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Logs(pub Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Logs {
