@@ -9,8 +9,12 @@
 //! ```text
 //! cargo run --release -p zerobus-sink-tokio --example demo -- [--rows 10000000]
 //!     [--batch-rows 5000] [--streams 3] [--ack-latency-ms 20] [--materialize-lag-ms 1000]
-//!     [--dir DIR] [--clean]
+//!     [--dir DIR] [--clean] [--ops 127.0.0.1:9464]
 //! ```
+//!
+//! With `--ops ADDR` it serves the operator endpoint there while it runs: `/metrics`
+//! (Prometheus text) and `/health` (the health tree as JSON; `zerobus-sink status
+//! http://ADDR` prints it).
 //!
 //! It exits non-zero unless every source offset was committed, the rows in the table are
 //! exactly the rows confirmed plus the duplicates it counts (replays are at-least-once), and
@@ -118,18 +122,20 @@ struct Args {
     lag: Duration,
     dir: PathBuf,
     clean: bool,
+    ops: Option<std::net::SocketAddr>,
 }
 
 impl Args {
     fn parse() -> Result<Args, String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        const VALUED: [&str; 6] = [
+        const VALUED: [&str; 7] = [
             "--rows",
             "--batch-rows",
             "--streams",
             "--ack-latency-ms",
             "--materialize-lag-ms",
             "--dir",
+            "--ops",
         ];
         let mut rest = args.iter();
         while let Some(a) = rest.next() {
@@ -140,7 +146,7 @@ impl Args {
                 "--clean" => {}
                 other => {
                     return Err(format!(
-                        "unknown argument {other:?}; flags: {} N, --dir DIR, --clean",
+                        "unknown argument {other:?}; flags: {} N, --dir DIR, --clean, --ops ADDR",
                         VALUED[..5].join(" N, ")
                     ));
                 }
@@ -167,6 +173,13 @@ impl Args {
             lag: Duration::from_millis(number("--materialize-lag-ms", 1_000)?),
             dir,
             clean: args.iter().any(|a| a == "--clean"),
+            ops: match args.iter().position(|a| a == "--ops") {
+                Some(i) => {
+                    let v = args.get(i + 1).ok_or("--ops needs an address")?;
+                    Some(v.parse().map_err(|e| format!("--ops {v}: {e}"))?)
+                }
+                None => None,
+            },
         })
     }
 }
@@ -221,6 +234,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.display()
     );
 
+    // The metrics' recorder goes in before the sink starts (their handles are registered then).
+    let prometheus = match args.ops {
+        Some(_) => Some(zerobus_sink_tokio::ops::install_prometheus()?),
+        None => None,
+    };
     let source = Source::default();
     let provisioning = Provisioning::new(LocalDelta::new(&root), "demo");
     let mut sink = ZerobusSink::<Raw>::start_provisioned(
@@ -230,6 +248,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         provisioning,
     )?;
     let id = sink.table(TABLE).expect("registered");
+    if let (Some(addr), Some(prometheus)) = (args.ops, prometheus) {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        println!(
+            "operator endpoint on http://{addr}: /metrics, /health (zerobus-sink status http://{addr})"
+        );
+        tokio::spawn(zerobus_sink_tokio::ops::serve(
+            listener,
+            sink.observer(),
+            prometheus,
+        ));
+    }
 
     let (before, after) = (schema(false), schema(true));
     let started = Instant::now();
