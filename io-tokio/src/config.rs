@@ -10,6 +10,7 @@ use zerobus_sink_catalog::{Contract, PrimaryRawProof, PrimaryRawShape, Role};
 
 use crate::auth::Credentials;
 use crate::boundary::{BadRows, Conversions};
+use crate::proxy::ProxyConfig;
 use crate::wire::Compression;
 
 /// The default [`ZerobusConfig::max_row_bytes`]: the service's 10 MiB message limit less the
@@ -69,6 +70,12 @@ pub struct ZerobusConfig {
     /// How often a primary-raw table's preconditions are checked again while its streams are
     /// open ([`PRIMARY_RAW_RECHECK`] by default); they are also checked at every stream open.
     pub primary_raw_recheck: Duration,
+    /// How streams reach the endpoint: the environment's `grpc_proxy`/`https_proxy`/`no_proxy`
+    /// by default, as the official client ([`ProxyConfig`]).
+    pub proxy: ProxyConfig,
+    /// Trust the platform's root certificates for `https` endpoints, besides the bundled webpki
+    /// roots and `tls_ca_pem` (on by default; a platform without a store just adds none).
+    pub native_roots: bool,
 }
 
 /// The default [`ZerobusConfig::primary_raw_recheck`]: five minutes, one describe per
@@ -91,7 +98,16 @@ impl ZerobusConfig {
             tls_ca_pem: None,
             max_row_bytes: MAX_ROW_BYTES,
             primary_raw_recheck: PRIMARY_RAW_RECHECK,
+            proxy: ProxyConfig::default(),
+            native_roots: true,
         }
+    }
+
+    /// Sets how streams reach the endpoint (a proxy, or directly whatever the environment says).
+    #[must_use]
+    pub fn proxy(mut self, proxy: ProxyConfig) -> ZerobusConfig {
+        self.proxy = proxy;
+        self
     }
 
     /// Sets how often primary-raw tables are checked again while their streams are open.

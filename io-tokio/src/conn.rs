@@ -21,6 +21,7 @@ use tracing::Instrument;
 use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
 use crate::auth::TokenSource;
+use crate::proxy::Proxy;
 use crate::wire;
 
 /// What a connection needs to know, shared by every connection of a table.
@@ -40,6 +41,10 @@ pub(crate) struct Shared {
     pub(crate) user_agent: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) tls_ca_pem: Option<Vec<u8>>,
+    /// The platform's root certificates (PEM), loaded once at start; empty where there are none.
+    pub(crate) native_roots: Vec<tonic::transport::Certificate>,
+    /// The proxy to tunnel through, resolved for the endpoint's host at start.
+    pub(crate) proxy: Option<Proxy>,
     pub(crate) options: IpcWriteOptions,
     pub(crate) tokens: TokenSource,
 }
@@ -146,6 +151,18 @@ fn chain<E: std::error::Error>(error: &E) -> String {
     text
 }
 
+/// `host:port` of a URI, the scheme's port when it names none.
+fn target(uri: &http::Uri) -> String {
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    format!("{}:{port}", uri.host().unwrap_or_default())
+}
+
 async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
     let mut endpoint = Endpoint::from_shared(shared.endpoint.clone())
         .map_err(|e| transport(format!("bad endpoint {}: {e}", shared.endpoint)))?
@@ -155,7 +172,9 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
         .user_agent(shared.user_agent.clone())
         .map_err(|e| transport(format!("bad user agent: {e}")))?;
     if shared.endpoint.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new().with_webpki_roots();
+        let mut tls = ClientTlsConfig::new()
+            .with_webpki_roots()
+            .ca_certificates(shared.native_roots.iter().cloned());
         if let Some(pem) = &shared.tls_ca_pem {
             tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
         }
@@ -163,10 +182,18 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
             .tls_config(tls)
             .map_err(|e| transport(format!("TLS for {}: {e}", shared.endpoint)))?;
     }
-    endpoint
-        .connect()
-        .await
-        .map_err(|e| transport(format!("connect to {}: {}", shared.endpoint, chain(&e))))
+    let connected = match &shared.proxy {
+        None => endpoint.connect().await,
+        Some(proxy) => {
+            let proxy = proxy.clone();
+            let tunnel = tower::service_fn(move |uri: http::Uri| {
+                let proxy = proxy.clone();
+                async move { crate::proxy::tunnel(&proxy, &target(&uri)).await }
+            });
+            endpoint.connect_with_connector(tunnel).await
+        }
+    };
+    connected.map_err(|e| transport(format!("connect to {}: {}", shared.endpoint, chain(&e))))
 }
 
 /// Runs the call; returns the input that ends it.

@@ -36,6 +36,9 @@ pub enum StartError {
     /// The IPC write options could not be built.
     #[error("IPC options: {0}")]
     Ipc(#[from] arrow_schema::ArrowError),
+    /// The proxy setting cannot be used (named without its credentials).
+    #[error(transparent)]
+    Proxy(#[from] crate::proxy::ProxyError),
 }
 
 /// A batch that was not admitted, handed back whole with its token: nothing was sent.

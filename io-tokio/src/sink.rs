@@ -223,11 +223,28 @@ impl<L: Lane> ZerobusSink<L> {
             user_agent.push(' ');
             user_agent.push_str(app);
         }
+        let host = config
+            .endpoint
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_owned))
+            .unwrap_or_default();
+        let proxy = config.proxy.resolve(&host, |n| std::env::var(n).ok())?;
+        if let Some(p) = &proxy {
+            tracing::info!(proxy = %p.addr, endpoint = %config.endpoint, "streams tunnel through a proxy");
+        }
+        let native_roots = if config.native_roots && config.endpoint.starts_with("https://") {
+            crate::tls::native_roots()
+        } else {
+            Vec::new()
+        };
         let shared = Arc::new(conn::Shared {
             endpoint: config.endpoint.clone(),
             user_agent,
             connect_timeout: config.core.open_timeout,
             tls_ca_pem: config.tls_ca_pem.clone(),
+            native_roots,
+            proxy,
             options: wire::write_options(config.compression)?,
             tokens: TokenSource::new(config.credentials),
         });

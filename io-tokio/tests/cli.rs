@@ -20,12 +20,32 @@ const TABLE: &str = "main.bronze.orders";
 
 /// Runs the binary off the runtime's threads (the test's emulator keeps serving meanwhile).
 async fn run(args: Vec<String>) -> Output {
+    run_with(args, None).await
+}
+
+/// The same, with `SSL_CERT_FILE` (the platform store's override) set or cleared.
+async fn run_with(args: Vec<String>, cert_file: Option<PathBuf>) -> Output {
     tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_zerobus-sink"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zerobus-sink"));
+        command
             .args(&args)
             .env_remove("ZEROBUS_SINK_OPS_URL")
-            .output()
-            .expect("the binary runs")
+            .env_remove("SSL_CERT_DIR");
+        for proxy in [
+            "grpc_proxy",
+            "GRPC_PROXY",
+            "https_proxy",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "HTTP_PROXY",
+        ] {
+            command.env_remove(proxy);
+        }
+        match cert_file {
+            Some(path) => command.env("SSL_CERT_FILE", path),
+            None => command.env_remove("SSL_CERT_FILE"),
+        };
+        command.output().expect("the binary runs")
     })
     .await
     .unwrap()
@@ -226,4 +246,52 @@ async fn status_prints_a_running_sinks_health_tree() {
     // Nothing listening: exit 2.
     let out = run(vec!["status".into(), "http://127.0.0.1:9".into()]).await;
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_platforms_root_certificates_are_trusted() {
+    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, private) = (key.cert.pem(), key.signing_key.serialize_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tables");
+    let emu = Emulator::start(
+        EmulatorConfig::new(dir.path().join("wal"))
+            .delta_root(root.clone())
+            .tls(cert.clone().into_bytes(), private.into_bytes()),
+    )
+    .await
+    .unwrap();
+    assert!(emu.url().starts_with("https://"));
+    let config = write_config(dir.path(), &emu.url(), &root, false);
+    // Fail fast when the certificate is not trusted.
+    let fast = std::fs::read_to_string(&config).unwrap().replace(
+        "[shutdown]",
+        "[retry]\ninitial_backoff = \"50ms\"\nmax_attempts = 1\n[resubmit]\nmax_attempts = 0\n\
+         [timeouts]\nmin_residency = \"100ms\"\n[shutdown]",
+    );
+    std::fs::write(&config, fast).unwrap();
+    let ipc = dir.path().join("a.arrow");
+    arrow_file(&ipc, &[orders(0, 100)]);
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &cert).unwrap();
+    let args = vec![
+        "ingest".into(),
+        config.display().to_string(),
+        "--table".into(),
+        TABLE.into(),
+        ipc.display().to_string(),
+    ];
+    // The certificate in the platform's store (SSL_CERT_FILE stands for it): trusted.
+    let out = run_with(args.clone(), Some(ca)).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("100 rows durable"), "{stdout}");
+    // Not in it (and not in the file): the handshake fails, the rows are handed back.
+    let out = run_with(args, None).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("0 rows durable, 100 not durable"),
+        "{stdout}"
+    );
 }

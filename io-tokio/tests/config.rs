@@ -15,7 +15,7 @@ use zerobus_sink_catalog::{PrimaryRawShape, TableCatalog, TableRef};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::settings::{ConfigFileError, SinkFile};
 use zerobus_sink_tokio::{
-    BadRows, Compression, Confirmer, Credentials, IsolatedRows, Sink, ZerobusSink,
+    BadRows, Compression, Confirmer, Credentials, IsolatedRows, ProxyConfig, Sink, ZerobusSink,
 };
 
 /// A derived-lane confirmer, to be refused a raw file.
@@ -60,6 +60,18 @@ fn every_documented_key_reaches_the_sink() {
         Some(&b"-----BEGIN CERTIFICATE-----\n"[..])
     );
     assert_eq!(c.primary_raw_recheck, Duration::from_secs(300));
+    assert!(c.native_roots);
+    assert_eq!(
+        c.proxy,
+        ProxyConfig::Url {
+            url: "http://user:pass@proxy.corp:3128".into(),
+            no_proxy: "localhost, .internal.corp".into()
+        }
+    );
+    assert!(
+        !format!("{c:?}").contains("user:pass"),
+        "the proxy's credentials are redacted"
+    );
     match &c.credentials {
         Credentials::OAuth(o) => {
             assert_eq!(o.unity_catalog_url, "https://dbc-1234.cloud.databricks.com");
@@ -272,6 +284,16 @@ fn every_refusal_names_its_key_and_reason() {
             "[[table]]\nstreams = 1\n",
             "table[0]",
             "missing field `name`",
+        ),
+        (
+            "no_proxy = \"x\"\n",
+            "sink.no_proxy",
+            "only with sink.proxy",
+        ),
+        (
+            "proxy = \"https://u:p@proxy:1\"\n",
+            "sink.proxy",
+            "only http://",
         ),
     ];
     for (extra, key, reason) in cases {

@@ -12,11 +12,12 @@ use zerobus_sink_catalog::{AnyCatalog, DeltaType, Policy, PrimaryRawShape, Table
 use super::error::ConfigFileError;
 use super::file::{
     BadRowsName, CatalogSection, ColumnSection, CompressionName, CredentialsSection, File,
-    RoleName, TableSection,
+    RoleName, SinkSection, TableSection,
 };
 use crate::auth::{Credentials, OAuth, Secret};
 use crate::boundary::{BadRows, Conversions};
 use crate::config::{ResubmitPolicy, TableDef, ZerobusConfig};
+use crate::proxy::ProxyConfig;
 use crate::wire::Compression;
 
 /// Syntax and shape: a serde error with its key path (and line), never the value's text.
@@ -72,6 +73,7 @@ pub(super) fn check(file: &File) -> Result<(), ConfigFileError> {
             "needs a scheme: https://… for the service, http://… for a local emulator",
         ));
     }
+    proxy_of(&file.sink)?;
     core(file).validate().map_err(|e| core_error(&e))?;
     let mut names = HashSet::new();
     for (i, t) in file.tables.iter().enumerate() {
@@ -111,6 +113,31 @@ pub(super) fn check(file: &File) -> Result<(), ConfigFileError> {
         ));
     }
     Ok(())
+}
+
+/// The `[sink]` proxy keys as a [`ProxyConfig`], the URL checked (shown without credentials).
+fn proxy_of(s: &SinkSection) -> Result<ProxyConfig, ConfigFileError> {
+    Ok(match (s.proxy.as_deref(), &s.no_proxy) {
+        (None, None) => ProxyConfig::Environment,
+        (None, Some(_)) => {
+            return Err(ConfigFileError::invalid(
+                "sink.no_proxy",
+                "only with sink.proxy (without it, the environment's no_proxy applies)",
+            ));
+        }
+        (Some("direct"), _) => ProxyConfig::Direct,
+        (Some(url), no_proxy) => {
+            let proxy = ProxyConfig::Url {
+                url: url.to_owned(),
+                no_proxy: no_proxy.clone().unwrap_or_default(),
+            };
+            // Checked now, so that the key is named (the URL shown without its credentials).
+            proxy
+                .check()
+                .map_err(|e| ConfigFileError::invalid("sink.proxy", e.to_string()))?;
+            proxy
+        }
+    })
 }
 
 pub(super) fn needs_catalog(i: usize) -> ConfigFileError {
@@ -221,6 +248,10 @@ pub(super) fn config(
     if let Some(every) = s.primary_raw_recheck {
         c.primary_raw_recheck = every;
     }
+    if let Some(native) = s.native_roots {
+        c.native_roots = native;
+    }
+    c.proxy = proxy_of(s)?;
     if let Some(path) = &s.tls_ca_file {
         let pem = std::fs::read(path).map_err(|e| {
             ConfigFileError::invalid(

@@ -44,6 +44,12 @@ pub(crate) struct SinkSection {
     pub(crate) max_message_bytes: Option<u64>,
     pub(crate) max_row_bytes: Option<u64>,
     pub(crate) tls_ca_file: Option<PathBuf>,
+    /// Trust the platform's root certificates too (default true).
+    pub(crate) native_roots: Option<bool>,
+    /// `"direct"`, or a proxy URL; absent: the environment's `grpc_proxy`/`https_proxy`.
+    pub(crate) proxy: Option<String>,
+    /// With `proxy`: hosts that bypass it (comma-separated).
+    pub(crate) no_proxy: Option<String>,
     #[serde(default, deserialize_with = "duration")]
     pub(crate) primary_raw_recheck: Option<Duration>,
 }
