@@ -1,7 +1,8 @@
 //! The `zerobus-local` binary's flags: help and version, a bad value refused naming the flag,
 //! the environment fallbacks taken, and a real start on an ephemeral port.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
 fn zerobus_local() -> Command {
@@ -65,14 +66,34 @@ fn it_starts_where_the_environment_says() {
         .env("ZEROBUS_LOCAL_ADDR", "127.0.0.1:0")
         .env("ZEROBUS_LOCAL_TABLES", &tables)
         .args(["--wal-dir", &dir.path().join("wal").display().to_string()])
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let second = lines.next().unwrap().unwrap();
+    let third = lines.next().unwrap().unwrap();
+    let metrics = third
+        .strip_prefix("metrics: http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{third}"));
+    let mut http = TcpStream::connect(metrics).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: zerobus-local\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut scrape = String::new();
+    http.read_to_string(&mut scrape).unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
+    assert!(scrape.starts_with("HTTP/1.1 200"), "{scrape}");
+    assert!(
+        scrape.contains("\nzerobus_local_calls_total 0\n"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("# TYPE zerobus_local_rows_total counter"),
+        "{scrape}"
+    );
     assert!(
         first.starts_with("zerobus-local listening on http://127.0.0.1:"),
         "{first}"

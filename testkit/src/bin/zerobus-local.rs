@@ -4,6 +4,7 @@
 //! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal]
 //!               [--tables ./zerobus-local-tables] [--materialize-lag-ms 1000]
 //!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
+//!               [--metrics-addr 127.0.0.1:9465]
 //! ```
 //! Every flag also reads an environment variable (`ZEROBUS_LOCAL_ADDR`, ...; `--help` lists
 //! them). Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). It
@@ -12,11 +13,13 @@
 //! table that does not exist gets `NOT_FOUND`, one whose schema does not fit gets
 //! `SCHEMA_VALIDATION_FAILED`, and acked rows land in the table about `--materialize-lag-ms`
 //! later, exactly once across restarts. Ctrl-C stops it, materializes what is logged and prints
-//! its counters (never a bearer token). A restart on the same directories carries on.
+//! its counters (never a bearer token). A restart on the same directories carries on. With
+//! `--metrics-addr` it serves the same counters for Prometheus at `/metrics`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -58,6 +61,9 @@ struct Flags {
     /// Refuse streams beyond N per table with RESOURCE_EXHAUSTED.
     #[arg(long, env = "ZEROBUS_LOCAL_MAX_STREAMS_PER_TABLE")]
     max_streams_per_table: Option<usize>,
+    /// Serve the emulator's counters for Prometheus at http://ADDR/metrics.
+    #[arg(long, env = "ZEROBUS_LOCAL_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 #[tokio::main]
@@ -91,10 +97,42 @@ async fn main() -> ExitCode {
             root.display()
         );
     }
+    let emulator = Arc::new(emulator);
+    let server = match flags.metrics_addr {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let bound = listener.local_addr().unwrap_or(addr);
+                println!("metrics: http://{bound}/metrics");
+                let emulator = emulator.clone();
+                let app = axum::Router::new().route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let text = emulator.stats().prometheus();
+                        async move { text }
+                    }),
+                );
+                Some(tokio::spawn(
+                    async move { axum::serve(listener, app).await },
+                ))
+            }
+            Err(e) => {
+                eprintln!("zerobus-local: cannot serve metrics on {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("zerobus-local: waiting for ctrl-c: {e}");
     }
+    if let Some(server) = server {
+        server.abort();
+        let _ = server.await;
+    }
     // A graceful stop materializes what is logged; the counters include it.
-    println!("{:#?}", emulator.shutdown().await);
+    match Arc::try_unwrap(emulator) {
+        Ok(emulator) => println!("{:#?}", emulator.shutdown().await),
+        Err(emulator) => println!("{:#?}", emulator.stats()),
+    }
     ExitCode::SUCCESS
 }

@@ -18,6 +18,7 @@
 pub mod delta;
 mod frame;
 mod materializer;
+mod prometheus;
 mod service;
 mod socket;
 pub mod wal;

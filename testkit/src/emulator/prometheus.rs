@@ -1,0 +1,85 @@
+//! The emulator's counters in the Prometheus text format, for `zerobus-local --metrics-addr`.
+
+use std::fmt::Write;
+
+use super::Stats;
+
+impl Stats {
+    /// Every counter as a Prometheus sample (`zerobus_local_*`); tokens are never shown, only
+    /// how many were presented.
+    #[must_use]
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        let counters: [(&str, &str, u64); 13] = [
+            ("calls_total", "DoPut calls received", self.calls),
+            ("ready_total", "calls answered with READY", self.ready),
+            (
+                "messages_total",
+                "record batch messages logged",
+                self.messages,
+            ),
+            ("rows_total", "rows logged", self.rows),
+            ("acks_total", "acks sent (READY not counted)", self.acks),
+            (
+                "half_closes_total",
+                "calls the client half-closed",
+                self.half_closes,
+            ),
+            ("resets_total", "request streams that broke", self.resets),
+            (
+                "errors_total",
+                "calls ended with an error status",
+                self.errors,
+            ),
+            (
+                "tokens_presented_total",
+                "bearer tokens presented",
+                self.tokens.len() as u64,
+            ),
+            (
+                "recovered_messages_total",
+                "messages recovered from the logs at start",
+                self.recovered_messages,
+            ),
+            (
+                "materialized_rows_total",
+                "rows landed in Delta tables",
+                self.materialized_rows,
+            ),
+            (
+                "materialized_commits_total",
+                "Delta commits made",
+                self.materialized_commits,
+            ),
+            (
+                "materialize_errors_total",
+                "materializer rounds that failed",
+                self.materialize_errors,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP zerobus_local_{name} {help}");
+            let _ = writeln!(out, "# TYPE zerobus_local_{name} counter");
+            let _ = writeln!(out, "zerobus_local_{name} {value}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP zerobus_local_refused_total calls refused at open, by status code"
+        );
+        let _ = writeln!(out, "# TYPE zerobus_local_refused_total counter");
+        for (code, n) in &self.refused {
+            let _ = writeln!(out, "zerobus_local_refused_total{{code=\"{code}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP zerobus_local_max_open_per_table most streams open at once on one table"
+        );
+        let _ = writeln!(out, "# TYPE zerobus_local_max_open_per_table gauge");
+        let _ = writeln!(
+            out,
+            "zerobus_local_max_open_per_table {}",
+            self.max_open_per_table
+        );
+        out
+    }
+}
