@@ -101,6 +101,11 @@ async fn no_token_or_client_secret_appears_in_logs_errors_or_debug_output() {
                 .unwrap_or_default()
         );
     }
+    // The values derived at start are logged once per table.
+    assert!(
+        logged.contains("table registered") && logged.contains("streams=1"),
+        "{logged}"
+    );
     // The span tree, with every id.
     assert!(
         logged.contains("table{table=main.bronze.orders}:stream{slot=slot 0}:connection{conn="),
