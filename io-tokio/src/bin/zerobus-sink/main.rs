@@ -53,7 +53,7 @@ enum Command {
     Ingest {
         /// The sink's TOML file.
         config: PathBuf,
-        /// The table (one of the file's [[table]]s).
+        /// The table (one of the file's `[[table]]`s).
         #[arg(long)]
         table: String,
         /// The files, sent in order.
