@@ -13,7 +13,6 @@ use common::{Recorder, orders, schema};
 use zerobus_sink::{Raw, Token};
 use zerobus_sink_catalog::TableRef;
 use zerobus_sink_catalog::local::LocalDelta;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops};
 
 const TABLE: &str = "main.bronze.orders";
@@ -151,14 +150,7 @@ async fn check_prints_what_the_file_derives_and_what_the_catalog_would_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_loads_ipc_and_parquet_files_into_the_table() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tables");
-    let emu = Emulator::start(
-        EmulatorConfig::new(dir.path().join("wal"))
-            .delta_root(root.clone())
-            .materialize_lag(Duration::from_millis(20)),
-    )
-    .await
-    .unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| c).await;
     let config = write_config(dir.path(), &emu.url(), &root, false);
     let ipc = dir.path().join("a.arrow");
     arrow_file(&ipc, &[orders(0, 300), orders(300, 200)]);
@@ -250,17 +242,12 @@ async fn status_prints_a_running_sinks_health_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_platforms_root_certificates_are_trusted() {
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let (cert, private) = (key.cert.pem(), key.signing_key.serialize_pem());
+    let (cert, private) = common::self_signed();
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tables");
-    let emu = Emulator::start(
-        EmulatorConfig::new(dir.path().join("wal"))
-            .delta_root(root.clone())
-            .tls(cert.clone().into_bytes(), private.into_bytes()),
-    )
-    .await
-    .unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| {
+        c.tls(cert.clone().into_bytes(), private.into_bytes())
+    })
+    .await;
     assert!(emu.url().starts_with("https://"));
     let config = write_config(dir.path(), &emu.url(), &root, false);
     // Fail fast when the certificate is not trusted.

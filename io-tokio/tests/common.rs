@@ -130,10 +130,42 @@ impl Logs {
 }
 
 impl Logs {
+    /// Captures what this thread logs at `level` and above while the guard lives (use a
+    /// current-thread runtime: the driver and its connections then log on it).
+    pub fn capture(level: tracing::Level) -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
     /// Everything logged so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
+}
+
+/// zerobus-local over the catalog root `dir/tables` (materializing every 20 ms), and the root.
+pub async fn with_tables(
+    dir: &tempfile::TempDir,
+    f: impl FnOnce(EmulatorConfig) -> EmulatorConfig,
+) -> (Emulator, std::path::PathBuf) {
+    let root = dir.path().join("tables");
+    let config = EmulatorConfig::new(dir.path().join("wal"))
+        .delta_root(root.clone())
+        .materialize_lag(Duration::from_millis(20));
+    let emulator = Emulator::start(f(config)).await.expect("emulator starts");
+    (emulator, root)
+}
+
+/// A self-signed certificate for 127.0.0.1: its PEM and its key's.
+pub fn self_signed() -> (String, String) {
+    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    (key.cert.pem(), key.signing_key.serialize_pem())
 }
 
 pub async fn emulator(

@@ -12,7 +12,6 @@ use common::{Recorder, orders, schema};
 use zerobus_sink::{Confirmation, Derived, FailedBatch, FailureReason, Raw, Token};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_catalog::{PrimaryRawShape, TableCatalog, TableRef};
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::settings::{ConfigFileError, SinkFile};
 use zerobus_sink_tokio::{
     BadRows, Compression, Confirmer, Credentials, IsolatedRows, ProxyConfig, Sink, ZerobusSink,
@@ -352,14 +351,7 @@ fn secrets_come_from_the_environment_and_are_never_repeated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_started_from_a_file_lands_rows_in_a_table_its_catalog_created() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tables");
-    let emu = Emulator::start(
-        EmulatorConfig::new(dir.path().join("wal"))
-            .delta_root(root.clone())
-            .materialize_lag(Duration::from_millis(20)),
-    )
-    .await
-    .unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| c).await;
     let text = format!(
         r#"
 [sink]

@@ -392,8 +392,7 @@ async fn a_schema_rejection_fails_the_table_naming_the_causes_without_retrying()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_endpoints_verify_the_certificate() {
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let (cert, private) = (key.cert.pem(), key.signing_key.serialize_pem());
+    let (cert, private) = common::self_signed();
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| {
         c.tls(cert.clone().into_bytes(), private.into_bytes())

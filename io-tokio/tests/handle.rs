@@ -127,15 +127,8 @@ async fn an_endpoint_without_a_scheme_is_refused_at_start() {
 
 #[tokio::test]
 async fn an_outage_is_logged_once_per_stream_with_its_cause_and_its_recovery() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
     // A current-thread runtime: the driver and its connections log on this thread.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture(tracing::Level::DEBUG);
     let dir = tempfile::tempdir().unwrap();
     let wal = dir.path().join("wal");
     let emu = Emulator::start(EmulatorConfig::new(&wal)).await.unwrap();

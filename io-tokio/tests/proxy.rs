@@ -113,8 +113,7 @@ async fn streams_tunnel_through_the_proxy_with_its_credentials() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_runs_once_inside_the_tunnel() {
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let (cert, private) = (key.cert.pem(), key.signing_key.serialize_pem());
+    let (cert, private) = common::self_signed();
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| {
         c.tls(cert.clone().into_bytes(), private.into_bytes())

@@ -12,7 +12,7 @@ use common::{Logs, Recorder, config, emulator, orders, parse, schema, sum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use zerobus_sink::{Raw, RejectReason, Token};
 use zerobus_sink_catalog::local::LocalDelta;
-use zerobus_sink_testkit::emulator::{Code, Emulator, EmulatorConfig, Fault};
+use zerobus_sink_testkit::emulator::{Code, Fault};
 use zerobus_sink_tokio::{
     Credentials, Provisioning, ResubmitPolicy, Secret, SendError, Sink, TableDef, ZerobusConfig,
     ZerobusSink, ops, telemetry,
@@ -186,10 +186,7 @@ async fn schema_a_column_no_rule_converts() {
     const T: &str = "main.runbook.schema";
     observed();
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tables");
-    let emu = Emulator::start(EmulatorConfig::new(dir.path().join("wal")).delta_root(root.clone()))
-        .await
-        .unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| c).await;
     let recorder = Recorder::default();
     let def = TableDef::new(T, schema()).streams(1);
     let mut sink = ZerobusSink::<Raw>::start_provisioned(

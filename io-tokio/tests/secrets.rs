@@ -43,15 +43,8 @@ async fn said(cfg: ZerobusConfig) -> String {
 
 #[tokio::test]
 async fn no_token_or_client_secret_appears_in_logs_errors_or_debug_output() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
     // A current-thread runtime: the driver, its connections and the emulator log here.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture(tracing::Level::TRACE);
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
 
