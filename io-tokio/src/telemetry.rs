@@ -84,6 +84,50 @@ pub(crate) struct StreamState {
     pub(crate) last_error: Option<String>,
 }
 
+impl StreamState {
+    /// The stream's handles, registered with the recorder under its labels.
+    fn register<L: Lane>(
+        lane: &'static str,
+        tables: &[TableState],
+        core: &SinkCore<L, Tagged>,
+        slot: SlotId,
+    ) -> StreamState {
+        let owner = core.slot_table(slot);
+        let table = owner
+            .and_then(|t| tables.get(t.index()))
+            .map_or_else(String::new, |t| t.name.clone());
+        let index = owner
+            .and_then(|t| core.table_slots(t).position(|s| s == slot))
+            .unwrap_or(slot.index());
+        let l = [
+            ("lane", lane.to_owned()),
+            ("table", table.clone()),
+            ("stream", index.to_string()),
+        ];
+        StreamState {
+            coalesce: histogram!(ACK_COALESCE, &l),
+            latency: histogram!(DELIVERY_LATENCY, &l),
+            pending: gauge!(PENDING_OFFSETS, &l),
+            fill: gauge!(WINDOW_FILL, &l),
+            retries: counter!(RETRIES, &l),
+            poisoned: counter!(POISONED, &l),
+            ack_timeouts: counter!(ACK_TIMEOUTS, &l),
+            rebuilds: counter!(REBUILDS, &l),
+            concurrency: counter!(CONCURRENCY_REJECTS, &l),
+            auth: counter!(AUTH_REJECTIONS, &l),
+            rows: counter!(ROWS_DURABLE, &l),
+            bytes: counter!(BYTES_DURABLE, &l),
+            batches: counter!(BATCHES_DURABLE, &l),
+            opened: 0,
+            table,
+            index,
+            phase: Phase::Idle,
+            last_ack: None,
+            last_error: None,
+        }
+    }
+}
+
 /// One table's handles (created on first use for labelled families).
 #[derive(Debug)]
 struct TableState {
@@ -154,43 +198,11 @@ impl Telemetry {
 
     /// The stream's state (its handles registered on first sight).
     fn stream<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, slot: SlotId) -> &mut StreamState {
-        let lane = self.lane;
-        let table = core
-            .slot_table(slot)
-            .and_then(|t| self.tables.get(t.index()))
-            .map_or_else(String::new, |t| t.name.clone());
-        let index = core
-            .slot_table(slot)
-            .and_then(|t| core.table_slots(t).position(|s| s == slot))
-            .unwrap_or(slot.index());
-        self.streams.entry(slot).or_insert_with(|| {
-            let l = [
-                ("lane", lane.to_owned()),
-                ("table", table.clone()),
-                ("stream", index.to_string()),
-            ];
-            StreamState {
-                coalesce: histogram!(ACK_COALESCE, &l),
-                latency: histogram!(DELIVERY_LATENCY, &l),
-                pending: gauge!(PENDING_OFFSETS, &l),
-                fill: gauge!(WINDOW_FILL, &l),
-                retries: counter!(RETRIES, &l),
-                poisoned: counter!(POISONED, &l),
-                ack_timeouts: counter!(ACK_TIMEOUTS, &l),
-                rebuilds: counter!(REBUILDS, &l),
-                concurrency: counter!(CONCURRENCY_REJECTS, &l),
-                auth: counter!(AUTH_REJECTIONS, &l),
-                rows: counter!(ROWS_DURABLE, &l),
-                bytes: counter!(BYTES_DURABLE, &l),
-                batches: counter!(BATCHES_DURABLE, &l),
-                opened: 0,
-                table,
-                index,
-                phase: Phase::Idle,
-                last_ack: None,
-                last_error: None,
-            }
-        })
+        let (lane, tables) = (self.lane, &self.tables);
+        // Registered once: nothing is built or allocated here for a stream already seen.
+        self.streams
+            .entry(slot)
+            .or_insert_with(|| StreamState::register(lane, tables, core, slot))
     }
 
     /// What the health tree shows of a stream, if it ever opened.
