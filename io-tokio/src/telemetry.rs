@@ -249,18 +249,31 @@ impl Telemetry {
         self.open.set(open as f64);
     }
 
-    /// An input is about to reach the core: the stream's phase and last error.
-    pub(crate) fn input<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, input: &Input<L>) {
-        let slot = input.conn().slot();
-        let s = self.stream(core, slot);
+    /// What an input says of its stream's phase (and last error), read before the core takes
+    /// it; [`applied`](Self::applied) once the core did not ignore it (a stale input from an
+    /// earlier connection says nothing of the stream now).
+    pub(crate) fn change_of<L: Lane>(input: &Input<L>) -> Option<(Phase, Option<String>)> {
         match input {
-            Input::Result { result, .. } if result.ack_up_to_offset == -1 => s.phase = Phase::Live,
-            Input::Failed { error, .. } => {
-                s.last_error = Some(crate::outage::cause(error));
-                s.phase = Phase::Down;
+            Input::Result { result, .. } if result.ack_up_to_offset == -1 => {
+                Some((Phase::Live, None))
             }
-            Input::Closed { .. } => s.phase = Phase::Down,
-            _ => {}
+            Input::Failed { error, .. } => Some((Phase::Down, Some(crate::outage::cause(error)))),
+            Input::Closed { .. } => Some((Phase::Down, None)),
+            _ => None,
+        }
+    }
+
+    /// The core took an input about `slot` that changed its phase.
+    pub(crate) fn applied<L: Lane>(
+        &mut self,
+        core: &SinkCore<L, Tagged>,
+        slot: SlotId,
+        (phase, error): (Phase, Option<String>),
+    ) {
+        let s = self.stream(core, slot);
+        s.phase = phase;
+        if error.is_some() {
+            s.last_error = error;
         }
     }
 

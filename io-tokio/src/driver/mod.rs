@@ -307,9 +307,12 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         let table = self.core.slot_table(conn.slot());
         let name = table.map(|t| self.table_name(t)).unwrap_or_default();
         self.outages.before(&name, &input);
-        self.telemetry.input(&self.core, &input);
+        let change = Telemetry::change_of(&input);
         let ready = matches!(&input, Input::Result { result, .. } if result.ack_up_to_offset == -1);
         let handled = self.core.handle(now, input);
+        if let Some(change) = change.filter(|_| !matches!(handled, Handled::Ignored(_))) {
+            self.telemetry.applied(&self.core, conn.slot(), change);
+        }
         self.telemetry.settle(&self.core, conn.slot());
         match handled {
             Handled::Violation(e) => tracing::warn!(error = %e, %conn, "protocol violation"),
