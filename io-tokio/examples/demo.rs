@@ -36,7 +36,7 @@ use zerobus_sink_catalog::local::coverage_store::CoverageStore;
 use zerobus_sink_catalog::{SinkId, TableRef};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
 use zerobus_sink_tokio::{
-    Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink,
+    Confirmer, IsolatedRows, Provisioning, ProxyConfig, Sink, TableDef, ZerobusConfig, ZerobusSink,
 };
 
 const TABLE: &str = "main.demo.orders";
@@ -242,7 +242,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let source = Source::default();
     let provisioning = Provisioning::new(LocalDelta::new(&root), "demo");
     let mut sink = ZerobusSink::<Raw>::start_provisioned(
-        ZerobusConfig::new(emulator.url()),
+        // The emulator is in this process: never through a proxy the environment names.
+        ZerobusConfig::new(emulator.url()).proxy(ProxyConfig::Direct),
         vec![TableDef::new(TABLE, schema(false)).streams(streams)],
         source.clone(),
         provisioning,

@@ -17,7 +17,9 @@ use zerobus_sink_catalog::{
     DesiredTable, Policy, PrimaryRawProof, PrimaryRawShape, Role, TableCatalog, TableRef,
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{Confirmer, IsolatedRows, ResubmitPolicy, TableDef, ZerobusConfig};
+use zerobus_sink_tokio::{
+    Confirmer, IsolatedRows, ProxyConfig, ResubmitPolicy, TableDef, ZerobusConfig,
+};
 
 pub const TABLE: &str = "main.bronze.orders";
 
@@ -187,7 +189,9 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
         },
         ..SinkConfig::default()
     };
+    // Directly, whatever proxy the machine's environment names (tests/proxy.rs tests them).
     ZerobusConfig::new(emulator.url())
+        .proxy(ProxyConfig::Direct)
         .core(core)
         .resubmit(ResubmitPolicy {
             max_attempts: 3,

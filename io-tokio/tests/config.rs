@@ -357,6 +357,7 @@ async fn a_sink_started_from_a_file_lands_rows_in_a_table_its_catalog_created() 
 [sink]
 endpoint = "{}"
 name = "from-file"
+proxy = "direct"
 [catalog]
 backend = "local"
 root = "{}"
