@@ -136,9 +136,9 @@ fn every_documented_key_reaches_the_sink() {
         ]
     );
 
-    let derived = file.derived().unwrap();
-    assert_eq!(derived.catalog, Some("unity"));
-    let pools: Vec<_> = derived
+    let effective = file.effective().unwrap();
+    assert_eq!(effective.catalog, Some("unity"));
+    let pools: Vec<_> = effective
         .tables
         .iter()
         .map(|(name, role, pool)| (name.as_str(), *role, pool.slots))
@@ -151,7 +151,7 @@ fn every_documented_key_reaches_the_sink() {
             ("main.bronze.refunds", "standard", 2)
         ]
     );
-    assert_eq!(derived.window, (1000, 268_435_456, 50_000));
+    assert_eq!(effective.window, (1000, 268_435_456, 50_000));
 }
 
 /// The minimal file, with `extra` appended, parsed.

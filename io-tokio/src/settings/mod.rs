@@ -56,7 +56,7 @@ pub struct SinkFile {
 /// and the sink logs at start.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct Derived {
+pub struct Effective {
     /// The sink's lane.
     pub lane: &'static str,
     /// The endpoint.
@@ -184,7 +184,7 @@ impl SinkFile {
     }
 
     /// The values the sink derives from the file: pools, windows, the cap, the drain.
-    pub fn derived(&self) -> Result<Derived, ConfigFileError> {
+    pub fn effective(&self) -> Result<Effective, ConfigFileError> {
         let config = build::core(&self.file);
         let mut core = SinkCore::<zerobus_sink::Raw, arrow_array::RecordBatch>::new(config)
             .map_err(|e| build::core_error(&e))?;
@@ -203,7 +203,7 @@ impl SinkFile {
             }
         }
         let w = config.window;
-        Ok(Derived {
+        Ok(Effective {
             lane: self.lane(),
             endpoint: self.file.sink.endpoint.clone(),
             catalog: self.file.catalog.as_ref().map(|c| match c {

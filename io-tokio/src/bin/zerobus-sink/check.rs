@@ -34,7 +34,7 @@ pub async fn run(path: &Path, offline: bool, schema_args: &[String]) -> ExitCode
             }
         }
     }
-    let derived = match file.derived() {
+    let effective = match file.effective() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("refused: {e}");
@@ -44,17 +44,17 @@ pub async fn run(path: &Path, offline: bool, schema_args: &[String]) -> ExitCode
     println!(
         "config ok: {} ({} sink -> {})",
         path.display(),
-        derived.lane,
-        derived.endpoint
+        effective.lane,
+        effective.endpoint
     );
-    let (batches, bytes, rows) = derived.window;
+    let (batches, bytes, rows) = effective.window;
     println!(
         "streams: at most {} open; window per stream {batches} batches, {bytes} bytes, {rows} rows; \
          close drains {:?}",
-        derived.max_open_streams, derived.drain
+        effective.max_open_streams, effective.drain
     );
     println!("tables:");
-    for (name, role, pool) in &derived.tables {
+    for (name, role, pool) in &effective.tables {
         println!(
             "  {name}  {role}  {} stream(s) (by bytes {}, by rows {}{})",
             pool.slots,
