@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{Recorder, TABLE, config, emulator, ids, orders, table};
 use zerobus_sink::{Raw, TableId, Token};
-use zerobus_sink_testkit::emulator::{Code, Fault, wal};
+use zerobus_sink_testkit::emulator::{Code, Fault, StreamLimits, wal};
 use zerobus_sink_testkit::uc_stub::UcStub;
 use zerobus_sink_tokio::{
     BatchSink, Credentials, FlushError, OAuth, Report, Secret, Sink, ZerobusConfig, ZerobusSink,
@@ -482,4 +482,29 @@ async fn a_batch_above_the_wire_limit_is_split_without_breaking_the_row_accounti
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 100_010);
     assert!(logged.values().all(|n| *n == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_holds_a_stream_to_its_limits_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2,000 rows/s and at most 500 rows read and not acked per stream; 3,000 rows to send.
+    let limits = StreamLimits::documented()
+        .rows_per_sec(2_000)
+        .max_unacked_rows(500);
+    let emu = emulator(&dir, |c| c.stream_limits(limits).keep_batches(false)).await;
+    let (recorder, flushed, _) = run(config(&emu), 1, 30).await;
+    flushed.unwrap();
+    all_committed(&recorder, 30);
+    let stats = emu.stats();
+    assert!(
+        stats.throttled_acks >= 1,
+        "acks were held for the rate: {stats:?}"
+    );
+    assert!(
+        (ROWS as u64..=500).contains(&stats.max_unacked_rows),
+        "reading stopped at the unacked bound: {stats:?}"
+    );
+    assert!(emu.batches(TABLE).is_empty(), "batches not kept in memory");
+    let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
+    assert_eq!(logged.len(), 3_000, "every row in the log");
 }

@@ -34,6 +34,9 @@ fn help_lists_every_flag_with_its_environment_variable() {
             "--max-streams-per-table",
             "ZEROBUS_LOCAL_MAX_STREAMS_PER_TABLE",
         ),
+        ("--metrics-addr", "ZEROBUS_LOCAL_METRICS_ADDR"),
+        ("--stream-limits", "ZEROBUS_LOCAL_STREAM_LIMITS"),
+        ("--max-unacked-rows", "ZEROBUS_LOCAL_MAX_UNACKED_ROWS"),
     ] {
         assert!(
             help.contains(flag) && help.contains(env),

@@ -4,7 +4,8 @@
 //! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal]
 //!               [--tables ./zerobus-local-tables] [--materialize-lag-ms 1000]
 //!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
-//!               [--metrics-addr 127.0.0.1:9465]
+//!               [--metrics-addr 127.0.0.1:9465] [--stream-limits documented|quotas]
+//!               [--max-unacked-rows N]
 //! ```
 //! Every flag also reads an environment variable (`ZEROBUS_LOCAL_ADDR`, ...; `--help` lists
 //! them). Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). It
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
 
 /// A loopback Zerobus (Arrow Flight) for local runs and tests. Serves the Delta tables under
 /// --tables; acks only after its write-ahead log is synced, then appends the acked rows to the
@@ -61,9 +62,29 @@ struct Flags {
     /// Refuse streams beyond N per table with RESOURCE_EXHAUSTED.
     #[arg(long, env = "ZEROBUS_LOCAL_MAX_STREAMS_PER_TABLE")]
     max_streams_per_table: Option<usize>,
+    /// Hold each stream to the service's documented per-stream limits: `documented` (100 MB/s,
+    /// 15,000 rows/s) or `quotas` (100 MB/s, 100,000 rows/s).
+    #[arg(long, env = "ZEROBUS_LOCAL_STREAM_LIMITS", value_enum)]
+    stream_limits: Option<Limits>,
+    /// With --stream-limits: stop reading a stream while this many rows are unacked.
+    #[arg(
+        long,
+        env = "ZEROBUS_LOCAL_MAX_UNACKED_ROWS",
+        requires = "stream_limits"
+    )]
+    max_unacked_rows: Option<u64>,
     /// Serve the emulator's counters for Prometheus at http://ADDR/metrics.
     #[arg(long, env = "ZEROBUS_LOCAL_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
+}
+
+/// Which documented per-stream limits to enforce.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Limits {
+    /// The limits page: 100 MB/s and 15,000 rows/s per stream.
+    Documented,
+    /// The quotas page: 100 MB/s and 100,000 rows/s per stream.
+    Quotas,
 }
 
 #[tokio::main]
@@ -76,6 +97,16 @@ async fn main() -> ExitCode {
         .max_messages_per_ack(flags.max_messages_per_ack);
     if let Some(n) = flags.max_streams_per_table {
         config = config.max_streams_per_table(n);
+    }
+    if let Some(limits) = flags.stream_limits {
+        let mut limits = match limits {
+            Limits::Documented => StreamLimits::documented(),
+            Limits::Quotas => StreamLimits::quotas(),
+        };
+        if let Some(rows) = flags.max_unacked_rows {
+            limits = limits.max_unacked_rows(rows);
+        }
+        config = config.stream_limits(limits);
     }
     let addr = flags.addr;
     let emulator = match Emulator::bind(addr, config).await {

@@ -17,6 +17,7 @@
 
 pub mod delta;
 mod frame;
+mod limits;
 mod materializer;
 mod prometheus;
 mod service;
@@ -38,6 +39,7 @@ use tokio::task::JoinHandle;
 
 use materializer::Materializer;
 
+pub use limits::StreamLimits;
 pub use tonic::Code;
 
 /// How the emulator behaves.
@@ -66,6 +68,11 @@ pub struct EmulatorConfig {
     /// How long acked rows wait before they are appended to their Delta table (grouped into one
     /// commit per table per round).
     pub materialize_lag: Duration,
+    /// Enforce the service's per-stream limits ([`StreamLimits`]; `None`: no ceiling).
+    pub stream_limits: Option<StreamLimits>,
+    /// Keep every acked batch in memory for [`Emulator::batches`] (on by default; off for long
+    /// benchmarks, where the write-ahead log and the tables still hold everything).
+    pub keep_batches: bool,
 }
 
 impl EmulatorConfig {
@@ -82,7 +89,23 @@ impl EmulatorConfig {
             tls: None,
             delta_root: None,
             materialize_lag: Duration::from_secs(1),
+            stream_limits: None,
+            keep_batches: true,
         }
+    }
+
+    /// Enforces per-stream limits ([`StreamLimits::documented`] for the service's).
+    #[must_use]
+    pub fn stream_limits(mut self, limits: StreamLimits) -> EmulatorConfig {
+        self.stream_limits = Some(limits);
+        self
+    }
+
+    /// Sets [`keep_batches`](EmulatorConfig::keep_batches).
+    #[must_use]
+    pub fn keep_batches(mut self, keep: bool) -> EmulatorConfig {
+        self.keep_batches = keep;
+        self
     }
 
     /// Serves the Delta tables under `root` (the local catalog backend's root) and
@@ -216,6 +239,10 @@ pub struct Stats {
     pub materialized_commits: u64,
     /// Materializer rounds that failed for a table (retried the next round).
     pub materialize_errors: u64,
+    /// Acks held back to keep a stream within [`StreamLimits`]' rates.
+    pub throttled_acks: u64,
+    /// Most rows read from one stream and not yet acked, at any moment.
+    pub max_unacked_rows: u64,
 }
 
 impl std::fmt::Debug for Stats {
@@ -241,6 +268,8 @@ impl std::fmt::Debug for Stats {
             .field("materialized_rows", &self.materialized_rows)
             .field("materialized_commits", &self.materialized_commits)
             .field("materialize_errors", &self.materialize_errors)
+            .field("throttled_acks", &self.throttled_acks)
+            .field("max_unacked_rows", &self.max_unacked_rows)
             .finish()
     }
 }

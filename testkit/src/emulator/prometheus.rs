@@ -10,7 +10,7 @@ impl Stats {
     #[must_use]
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, u64); 13] = [
+        let counters: [(&str, &str, u64); 14] = [
             ("calls_total", "DoPut calls received", self.calls),
             ("ready_total", "calls answered with READY", self.ready),
             (
@@ -56,6 +56,11 @@ impl Stats {
                 "materializer rounds that failed",
                 self.materialize_errors,
             ),
+            (
+                "throttled_acks_total",
+                "acks held back for the stream limits",
+                self.throttled_acks,
+            ),
         ];
         for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP zerobus_local_{name} {help}");
@@ -79,6 +84,16 @@ impl Stats {
             out,
             "zerobus_local_max_open_per_table {}",
             self.max_open_per_table
+        );
+        let _ = writeln!(
+            out,
+            "# HELP zerobus_local_max_unacked_rows most rows read from one stream and not yet acked"
+        );
+        let _ = writeln!(out, "# TYPE zerobus_local_max_unacked_rows gauge");
+        let _ = writeln!(
+            out,
+            "zerobus_local_max_unacked_rows {}",
+            self.max_unacked_rows
         );
         out
     }

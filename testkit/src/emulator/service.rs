@@ -236,6 +236,15 @@ struct Message {
     offset: u64,
     rows: u64,
     batch: arrow_array::RecordBatch,
+    /// Unacked-row permits the reader took for it (given back at its ack).
+    permits: u32,
+}
+
+/// A stream's rows read and not yet acked, and the permits that bound them
+/// ([`StreamLimits::max_unacked_rows`](super::StreamLimits)).
+struct Unacked {
+    rows: std::sync::atomic::AtomicU64,
+    permits: Option<tokio::sync::Semaphore>,
 }
 
 /// What the reader hands the writer.
@@ -296,6 +305,17 @@ impl Connection {
         let max_decoded = self.shared.config.max_decoded_bytes;
         let out = self.out.clone();
         let shared = self.shared.clone();
+        let bound = self
+            .shared
+            .config
+            .stream_limits
+            .and_then(|l| l.max_unacked_rows)
+            .map(|rows| u32::try_from(rows.max(1)).unwrap_or(u32::MAX));
+        let unacked = Arc::new(Unacked {
+            rows: std::sync::atomic::AtomicU64::new(0),
+            permits: bound.map(|n| tokio::sync::Semaphore::new(n as usize)),
+        });
+        let writer_unacked = unacked.clone();
         let reader = async move {
             let mut expected = 0u64;
             loop {
@@ -329,11 +349,33 @@ impl Connection {
                             None => "none",
                         };
                         *shared.lock().stats.codecs.entry(codec).or_default() += 1;
+                        // At the bound, stop reading until acks give permits back (a message
+                        // larger than the bound takes them all).
+                        let permits = match (&unacked.permits, bound) {
+                            (Some(sem), Some(n)) => {
+                                let want = u32::try_from(decoded.rows).unwrap_or(u32::MAX).min(n);
+                                match sem.acquire_many(want).await {
+                                    Ok(p) => p.forget(),
+                                    Err(_) => return,
+                                }
+                                want
+                            }
+                            _ => 0,
+                        };
+                        let now = unacked
+                            .rows
+                            .fetch_add(decoded.rows, std::sync::atomic::Ordering::SeqCst)
+                            + decoded.rows;
+                        {
+                            let mut state = shared.lock();
+                            state.stats.max_unacked_rows = state.stats.max_unacked_rows.max(now);
+                        }
                         let item = Item::Message(Box::new(Message {
                             data,
                             offset,
                             rows: decoded.rows,
                             batch: decoded.batch,
+                            permits,
                         }));
                         if tx.send(item).is_err() {
                             return;
@@ -349,12 +391,20 @@ impl Connection {
             let _ = tx.send(Item::End);
         };
         tokio::spawn(reader);
-        self.write(first, rx).await;
+        self.write(first, rx, writer_unacked).await;
     }
 
     /// Group commit: log everything available, sync, ack; apply the connection's fault.
-    async fn write(self, schema: FlightData, mut rx: mpsc::UnboundedReceiver<Item>) {
+    async fn write(
+        self,
+        schema: FlightData,
+        mut rx: mpsc::UnboundedReceiver<Item>,
+        unacked: Arc<Unacked>,
+    ) {
         let latency = self.shared.config.ack_latency;
+        let limits = self.shared.config.stream_limits;
+        let ready_at = tokio::time::Instant::now();
+        let mut bytes = 0u64;
         let max_group = match self.shared.config.max_messages_per_ack {
             0 => usize::MAX,
             n => n,
@@ -390,10 +440,14 @@ impl Connection {
             }
             let mut frames = Vec::with_capacity(group.len());
             let mut batches = Vec::with_capacity(group.len());
+            let (mut group_rows, mut group_permits) = (0u64, 0u32);
             for m in group {
+                bytes += (m.data.data_header.len() + m.data.data_body.len()) as u64;
                 frames.push(m.data);
                 batches.push(m.batch);
                 rows += m.rows;
+                group_rows += m.rows;
+                group_permits = group_permits.saturating_add(m.permits);
                 last = i64::try_from(m.offset).unwrap_or(i64::MAX);
                 messages += 1;
             }
@@ -407,7 +461,9 @@ impl Connection {
                 let mut state = self.shared.lock();
                 state.stats.messages += frames.len() as u64;
                 state.stats.rows += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-                if let Some(t) = state.tables.get_mut(&self.call.table) {
+                if self.shared.config.keep_batches
+                    && let Some(t) = state.tables.get_mut(&self.call.table)
+                {
                     t.batches.extend(batches);
                 }
             }
@@ -430,8 +486,21 @@ impl Connection {
                 }
                 _ => {}
             }
+            if let Some(limits) = limits {
+                let hold = limits.hold(rows, bytes, ready_at.elapsed());
+                if !hold.is_zero() {
+                    self.shared.lock().stats.throttled_acks += 1;
+                    tokio::time::sleep(hold).await;
+                }
+            }
             self.shared.lock().stats.acks += 1;
             self.reply(ack(last, rows));
+            unacked
+                .rows
+                .fetch_sub(group_rows, std::sync::atomic::Ordering::SeqCst);
+            if let Some(sem) = &unacked.permits {
+                sem.add_permits(group_permits as usize);
+            }
             if let Some(Fault::RotateAfter { messages: n, grace }) = self.fault
                 && messages >= n
                 && rotation_deadline.is_none()
