@@ -48,8 +48,8 @@ pub use tonic::Code;
 pub struct EmulatorConfig {
     /// Where the write-ahead logs go (one file per table).
     pub wal_dir: PathBuf,
-    /// Extra time before each durable ack (the service's time to durability). Messages that
-    /// arrive meanwhile share the ack.
+    /// The service's time to durability: a message is acked this long after it arrived (not
+    /// after the previous ack: acks pipeline). Messages that arrive meanwhile share the ack.
     pub ack_latency: Duration,
     /// At most this many messages per ack (0: no limit).
     pub max_messages_per_ack: usize,

@@ -238,6 +238,9 @@ struct Message {
     batch: arrow_array::RecordBatch,
     /// Unacked-row permits the reader took for it (given back at its ack).
     permits: u32,
+    /// When it was read: it is durable `ack_latency` later (latency is per message, not per
+    /// group, so a stream's groups pipeline as the service's do).
+    arrived: tokio::time::Instant,
 }
 
 /// A stream's rows read and not yet acked, and the permits that bound them
@@ -376,6 +379,7 @@ impl Connection {
                             rows: decoded.rows,
                             batch: decoded.batch,
                             permits,
+                            arrived: tokio::time::Instant::now(),
                         }));
                         if tx.send(item).is_err() {
                             return;
@@ -426,11 +430,22 @@ impl Connection {
                 Some(Item::End) | None => break,
             };
             if !latency.is_zero() {
-                tokio::time::sleep(latency).await;
+                tokio::time::sleep_until(group[0].arrived + latency).await;
             }
-            while group.len() < max_group {
+            // Under stream limits an ack covers at most a tenth of a second's worth of rows and
+            // bytes, so acks come steadily instead of in one burst per long hold.
+            let (mut group_rows, mut group_bytes) = (group[0].rows, frame_bytes(&group[0].data));
+            while group.len() < max_group
+                && limits.is_none_or(|l| {
+                    group_rows < l.rows_per_sec / 10 && group_bytes < l.bytes_per_sec / 10
+                })
+            {
                 match rx.try_recv() {
-                    Ok(Item::Message(m)) => group.push(*m),
+                    Ok(Item::Message(m)) => {
+                        group_rows += m.rows;
+                        group_bytes += frame_bytes(&m.data);
+                        group.push(*m);
+                    }
                     Ok(Item::End) => {
                         ended = true;
                         break;
@@ -442,7 +457,7 @@ impl Connection {
             let mut batches = Vec::with_capacity(group.len());
             let (mut group_rows, mut group_permits) = (0u64, 0u32);
             for m in group {
-                bytes += (m.data.data_header.len() + m.data.data_body.len()) as u64;
+                bytes += frame_bytes(&m.data);
                 frames.push(m.data);
                 batches.push(m.batch);
                 rows += m.rows;
@@ -516,4 +531,9 @@ impl Connection {
         // Ending here (dropping `out`) ends the call with OK.
         drop(self.call);
     }
+}
+
+/// A message's size on the wire (what the stream limits count).
+fn frame_bytes(data: &FlightData) -> u64 {
+    (data.data_header.len() + data.data_body.len()) as u64
 }

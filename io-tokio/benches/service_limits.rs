@@ -1,0 +1,122 @@
+//! Does one stream reach the service's per-stream limit with the configuration users get?
+//! The emulator enforces the documented limits (100 MB/s and 15,000 rows/s per stream,
+//! `StreamLimits::documented`) at 200 ms and 500 ms to durability; the sink runs with its
+//! defaults (one stream). Rows of 50 B, 1 KB and 10 KB (incompressible, so the wire carries
+//! what the limit counts), batches of 100, 1,000 and 10,000 rows. The stream is opened before
+//! timing; the rate is the rows made durable between 1 s and 6 s of sending (past the ramp,
+//! before the flush's tail). Each cell prints achieved rows/s, the limit min(100 MB/s / row
+//! size, 15,000 rows/s) and their ratio:
+//!
+//! ```text
+//! cargo bench -p zerobus-sink-tokio --bench service_limits
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch};
+use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
+use zerobus_sink_tokio::{
+    Confirmer, IsolatedRows, ProxyConfig, Sink, TableDef, ZerobusConfig, ZerobusSink,
+};
+
+const TABLE: &str = "main.bench.limits";
+const WARM: Duration = Duration::from_secs(1);
+const MEASURED: Duration = Duration::from_secs(5);
+
+struct Refuse;
+impl Confirmer<Raw> for Refuse {
+    fn confirmed(&mut self, _: &str, _: Confirmation<Raw>) {}
+    fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
+        panic!("{table}: batch failed in the benchmark: {why}");
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
+    }
+}
+
+/// `rows` rows of an id and `row_bytes - 8` incompressible bytes.
+fn batch(rows: usize, row_bytes: usize) -> RecordBatch {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let width = row_bytes.saturating_sub(8).max(1);
+    let values: Vec<Vec<u8>> = (0..rows)
+        .map(|_| (0..width).map(|_| next() as u8).collect())
+        .collect();
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+    let payload: ArrayRef = Arc::new(BinaryArray::from_iter_values(values.iter()));
+    RecordBatch::try_from_iter([("id", ids), ("payload", payload)]).expect("a batch")
+}
+
+async fn cell(latency: Duration, row_bytes: usize, batch_rows: usize) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let emu = Emulator::start(
+        EmulatorConfig::new(dir.path().join("wal"))
+            .ack_latency(latency)
+            .stream_limits(StreamLimits::documented())
+            .keep_batches(false),
+    )
+    .await
+    .expect("the emulator starts");
+    let one = batch(batch_rows, row_bytes);
+    let config = ZerobusConfig::new(emu.url()).proxy(ProxyConfig::Direct);
+    let table = TableDef::new(TABLE, one.schema()).streams(1);
+    let mut sink = ZerobusSink::<Raw>::start(config, vec![table], Refuse).expect("starts");
+    let id = sink.table(TABLE).expect("the table");
+    let mut offset = 0i64;
+    let mut send = async |sink: &mut ZerobusSink<Raw>| {
+        offset += batch_rows as i64;
+        let token = Token::raw("bench", 0, offset - 1);
+        let _receipt = sink.send(id, one.clone(), token).await.expect("admitted");
+    };
+    // Open the stream before timing.
+    send(&mut sink).await;
+    sink.flush().await.expect("warm-up durable");
+    // The rate is sampled beside the sender (a send may wait for room for seconds).
+    let observer = sink.observer();
+    let sampler = tokio::spawn(async move {
+        tokio::time::sleep(WARM).await;
+        let (t0, r0) = (
+            Instant::now(),
+            observer.report().await.map_or(0, |r| r.rows),
+        );
+        tokio::time::sleep(MEASURED).await;
+        let (t1, r1) = (
+            Instant::now(),
+            observer.report().await.map_or(0, |r| r.rows),
+        );
+        (r1 - r0) as f64 / (t1 - t0).as_secs_f64()
+    });
+    while !sampler.is_finished() {
+        send(&mut sink).await;
+    }
+    let rate = sampler.await.expect("sampled");
+    sink.flush().await.expect("all durable");
+    sink.close(Duration::from_secs(30)).await;
+    let limit = (100_000_000.0 / row_bytes as f64).min(15_000.0);
+    (rate, limit)
+}
+
+#[tokio::main]
+async fn main() {
+    println!("one stream, default configuration, the emulator at the documented limits");
+    println!("latency  row bytes  batch rows  rows/s (1-6 s)  limit rows/s  ratio");
+    for latency in [200, 500] {
+        for row_bytes in [50, 1_000, 10_000] {
+            for batch_rows in [100, 1_000, 10_000] {
+                let (rate, limit) =
+                    cell(Duration::from_millis(latency), row_bytes, batch_rows).await;
+                println!(
+                    "{latency:>4} ms  {row_bytes:>9}  {batch_rows:>10}  {rate:>14.0}  {limit:>12.0}  {:>5.2}",
+                    rate / limit
+                );
+            }
+        }
+    }
+}
