@@ -9,7 +9,10 @@
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-tokio --bench service_limits
+//! ZEROBUS_BENCH_LIMITS=quotas cargo bench -p zerobus-sink-tokio --bench service_limits
 //! ```
+//!
+//! The second holds the emulator to the quotas page's 100,000 rows/s per stream instead.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,12 +57,17 @@ fn batch(rows: usize, row_bytes: usize) -> RecordBatch {
     RecordBatch::try_from_iter([("id", ids), ("payload", payload)]).expect("a batch")
 }
 
-async fn cell(latency: Duration, row_bytes: usize, batch_rows: usize) -> (f64, f64) {
+async fn cell(
+    limits: StreamLimits,
+    latency: Duration,
+    row_bytes: usize,
+    batch_rows: usize,
+) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let emu = Emulator::start(
         EmulatorConfig::new(dir.path().join("wal"))
             .ack_latency(latency)
-            .stream_limits(StreamLimits::documented())
+            .stream_limits(limits)
             .keep_batches(false),
     )
     .await
@@ -99,19 +107,32 @@ async fn cell(latency: Duration, row_bytes: usize, batch_rows: usize) -> (f64, f
     let rate = sampler.await.expect("sampled");
     sink.flush().await.expect("all durable");
     sink.close(Duration::from_secs(30)).await;
-    let limit = (100_000_000.0 / row_bytes as f64).min(15_000.0);
+    let limit = (limits.bytes_per_sec as f64 / row_bytes as f64).min(limits.rows_per_sec as f64);
     (rate, limit)
 }
 
 #[tokio::main]
 async fn main() {
-    println!("one stream, default configuration, the emulator at the documented limits");
+    let limits = match std::env::var("ZEROBUS_BENCH_LIMITS").as_deref() {
+        Ok("quotas") => StreamLimits::quotas(),
+        _ => StreamLimits::documented(),
+    };
+    println!(
+        "one stream, default configuration, the emulator at {} MB/s and {} rows/s per stream",
+        limits.bytes_per_sec / 1_000_000,
+        limits.rows_per_sec
+    );
     println!("latency  row bytes  batch rows  rows/s (1-6 s)  limit rows/s  ratio");
     for latency in [200, 500] {
         for row_bytes in [50, 1_000, 10_000] {
             for batch_rows in [100, 1_000, 10_000] {
-                let (rate, limit) =
-                    cell(Duration::from_millis(latency), row_bytes, batch_rows).await;
+                let (rate, limit) = cell(
+                    limits,
+                    Duration::from_millis(latency),
+                    row_bytes,
+                    batch_rows,
+                )
+                .await;
                 println!(
                     "{latency:>4} ms  {row_bytes:>9}  {batch_rows:>10}  {rate:>14.0}  {limit:>12.0}  {:>5.2}",
                     rate / limit
