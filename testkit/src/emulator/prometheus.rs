@@ -63,9 +63,7 @@ impl Stats {
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP zerobus_local_{name} {help}");
-            let _ = writeln!(out, "# TYPE zerobus_local_{name} counter");
-            let _ = writeln!(out, "zerobus_local_{name} {value}");
+            sample(&mut out, name, "counter", help, value);
         }
         let _ = writeln!(
             out,
@@ -75,26 +73,28 @@ impl Stats {
         for (code, n) in &self.refused {
             let _ = writeln!(out, "zerobus_local_refused_total{{code=\"{code}\"}} {n}");
         }
-        let _ = writeln!(
-            out,
-            "# HELP zerobus_local_max_open_per_table most streams open at once on one table"
-        );
-        let _ = writeln!(out, "# TYPE zerobus_local_max_open_per_table gauge");
-        let _ = writeln!(
-            out,
-            "zerobus_local_max_open_per_table {}",
-            self.max_open_per_table
-        );
-        let _ = writeln!(
-            out,
-            "# HELP zerobus_local_max_unacked_rows most rows read from one stream and not yet acked"
-        );
-        let _ = writeln!(out, "# TYPE zerobus_local_max_unacked_rows gauge");
-        let _ = writeln!(
-            out,
-            "zerobus_local_max_unacked_rows {}",
-            self.max_unacked_rows
-        );
+        let gauges: [(&str, &str, u64); 2] = [
+            (
+                "max_open_per_table",
+                "most streams open at once on one table",
+                self.max_open_per_table as u64,
+            ),
+            (
+                "max_unacked_rows",
+                "most rows read from one stream and not yet acked",
+                self.max_unacked_rows,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            sample(&mut out, name, "gauge", help, value);
+        }
         out
     }
+}
+
+/// One unlabelled sample with its HELP and TYPE lines.
+fn sample(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP zerobus_local_{name} {help}");
+    let _ = writeln!(out, "# TYPE zerobus_local_{name} {kind}");
+    let _ = writeln!(out, "zerobus_local_{name} {value}");
 }
