@@ -19,17 +19,74 @@ pub struct WindowLimits {
     pub max_batches: u32,
     /// Bytes in flight per slot, as counted by [`Batch::bytes`](crate::Batch::bytes).
     pub max_bytes: u64,
-    /// Rows in flight per slot. The service buffers up to ~50,000 unacked records per stream.
+    /// Rows in flight per slot.
     pub max_rows: u64,
 }
 
-impl Default for WindowLimits {
-    fn default() -> WindowLimits {
+/// What one stream of the service can carry, as the service documents it (PROTOCOL.md E): the
+/// terms the default window is derived from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamService {
+    /// Rows per second per stream.
+    pub rows_per_sec: u64,
+    /// Bytes per second per stream.
+    pub bytes_per_sec: u64,
+    /// Time to durability at the 95th percentile: how long a batch stays in flight.
+    pub durability_p95: Duration,
+    /// Unacknowledged rows the service buffers per stream, where it says.
+    pub unacked_rows: Option<u64>,
+}
+
+impl StreamService {
+    /// The quotas page: 100 MB/s and 100,000 records/s per stream, durability P95 500 ms (the
+    /// limits page), and the ~50,000 unacked records the service buffers per stream (the
+    /// service's write-ups). The older limits page's 15,000 records/s is within these.
+    pub const DOCUMENTED: StreamService = StreamService {
+        rows_per_sec: 100_000,
+        bytes_per_sec: 100_000_000,
+        durability_p95: Duration::from_millis(500),
+        unacked_rows: Some(50_000),
+    };
+}
+
+impl WindowLimits {
+    /// The largest batch (by [`Batch::bytes`](crate::Batch::bytes)) that the byte bound lets
+    /// be in flight together with the next one: 128 MiB.
+    pub const LARGE_BATCH_BYTES: u64 = 128 * 1024 * 1024;
+
+    /// The window a stream of `service` needs to run at its full rate, by Little's law (in
+    /// flight = rate x time in flight):
+    /// - rows: `rows_per_sec x durability_p95`, capped by the rows the service buffers;
+    /// - bytes: `bytes_per_sec x durability_p95`, but at least two large batches
+    ///   ([`Self::LARGE_BATCH_BYTES`]), so that a batch of up to that size can be on the wire
+    ///   while the next is admitted (a batch above the whole bound still goes alone);
+    /// - batches: the official client's 1,000, which binds only for batches under
+    ///   `max_rows / 1,000` rows (50 with the documented terms).
+    #[must_use]
+    pub fn for_stream(service: StreamService) -> WindowLimits {
+        let in_flight = |per_sec: u64| -> u64 {
+            let micros = u64::try_from(service.durability_p95.as_micros()).unwrap_or(u64::MAX);
+            per_sec.saturating_mul(micros) / 1_000_000
+        };
+        let rows = in_flight(service.rows_per_sec);
+        let max_rows = service
+            .unacked_rows
+            .map_or(rows, |cap| rows.min(cap))
+            .max(1);
+        let max_bytes = in_flight(service.bytes_per_sec).max(2 * Self::LARGE_BATCH_BYTES);
         WindowLimits {
             max_batches: 1_000,
-            max_bytes: 256 * 1024 * 1024,
-            max_rows: 50_000,
+            max_bytes,
+            max_rows,
         }
+    }
+}
+
+/// [`WindowLimits::for_stream`] of [`StreamService::DOCUMENTED`]: 1,000 batches, 256 MiB,
+/// 50,000 rows.
+impl Default for WindowLimits {
+    fn default() -> WindowLimits {
+        WindowLimits::for_stream(StreamService::DOCUMENTED)
     }
 }
 
@@ -198,6 +255,49 @@ impl SinkConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_window_is_littles_law_for_the_documented_stream() {
+        let w = WindowLimits::default();
+        assert_eq!(w, WindowLimits::for_stream(StreamService::DOCUMENTED));
+        // 100,000 rows/s x 0.5 s = 50,000, which is also the service's unacked buffer.
+        assert_eq!(w.max_rows, 50_000);
+        // 100 MB/s x 0.5 s = 50 MB of pipeline; two 128 MiB batches need more.
+        assert_eq!(w.max_bytes, 256 * 1024 * 1024);
+        assert_eq!(w.max_batches, 1_000);
+        // The older page's 15,000 rows/s at 500 ms needs 7,500 rows: inside the default.
+        let older = StreamService {
+            rows_per_sec: 15_000,
+            ..StreamService::DOCUMENTED
+        };
+        assert_eq!(WindowLimits::for_stream(older).max_rows, 7_500);
+        // Without a documented buffer the rows follow the rate; a slower service, the bytes.
+        let unbounded = StreamService {
+            rows_per_sec: 400_000,
+            bytes_per_sec: 2_000_000_000,
+            durability_p95: Duration::from_secs(1),
+            unacked_rows: None,
+        };
+        let w = WindowLimits::for_stream(unbounded);
+        assert_eq!((w.max_rows, w.max_bytes), (400_000, 2_000_000_000));
+        // Terms that overflow saturate instead of panicking, and a window is never empty.
+        let extreme = StreamService {
+            rows_per_sec: u64::MAX,
+            bytes_per_sec: 0,
+            durability_p95: Duration::MAX,
+            unacked_rows: Some(0),
+        };
+        let w = WindowLimits::for_stream(extreme);
+        assert_eq!(w.max_rows, 1);
+        assert_eq!(
+            SinkConfig {
+                window: w,
+                ..SinkConfig::default()
+            }
+            .validate(),
+            Ok(())
+        );
+    }
 
     #[test]
     fn defaults_are_valid_and_bad_fields_are_named() {

@@ -150,7 +150,7 @@ mod window;
 
 pub use batch::Batch;
 pub use classify::{ErrorClass, SchemaCause};
-pub use config::{RetryPolicy, SinkConfig, WindowLimits};
+pub use config::{RetryPolicy, SinkConfig, StreamService, WindowLimits};
 pub use coverage::Coverage;
 pub use error::{
     Bound, Code, ConfigError, ErrorInfo, FailureReason, ProtocolError, RejectReason, Rejected,
