@@ -314,7 +314,23 @@ impl<L: Lane, B: Batch> fmt::Debug for Transmit<L, B> {
 pub struct Confirmed<L: Lane> {
     pub(crate) table: TableId,
     pub(crate) conn: ConnId<L>,
-    pub(crate) items: Vec<Confirmation<L>>,
+    pub(crate) items: Items<L>,
+}
+
+/// A burst's confirmations: one inline (an ack that confirms one batch allocates nothing), or
+/// several in a vector sized once.
+pub(crate) enum Items<L: Lane> {
+    One(Confirmation<L>),
+    Many(Vec<Confirmation<L>>),
+}
+
+impl<L: Lane> Items<L> {
+    fn as_slice(&self) -> &[Confirmation<L>] {
+        match self {
+            Items::One(c) => std::slice::from_ref(c),
+            Items::Many(v) => v,
+        }
+    }
 }
 
 impl<L: Lane> Confirmed<L> {
@@ -339,32 +355,36 @@ impl<L: Lane> Confirmed<L> {
     /// How many batches this ack confirmed (the coalesce ratio of this ack).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.items.as_slice().len()
     }
 
     /// Whether the burst is empty (never, for a burst the core emits).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.as_slice().is_empty()
     }
 
     /// The logical offsets confirmed, in order.
     #[must_use]
     pub fn offsets(&self) -> Vec<LogicalOffset> {
-        self.items.iter().map(Confirmation::offset).collect()
+        self.iter().map(Confirmation::offset).collect()
     }
 
     /// The confirmations, in offset order.
     pub fn iter(&self) -> std::slice::Iter<'_, Confirmation<L>> {
-        self.items.iter()
+        self.items.as_slice().iter()
     }
 }
 
 impl<L: Lane> IntoIterator for Confirmed<L> {
     type Item = Confirmation<L>;
-    type IntoIter = vec::IntoIter<Confirmation<L>>;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<Confirmation<L>>, vec::IntoIter<Confirmation<L>>>;
     fn into_iter(self) -> Self::IntoIter {
-        self.items.into_iter()
+        match self.items {
+            Items::One(c) => Some(c).into_iter().chain(Vec::new()),
+            Items::Many(v) => None.into_iter().chain(v),
+        }
     }
 }
 
@@ -372,7 +392,7 @@ impl<L: Lane> fmt::Debug for Confirmed<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Confirmed")
             .field("conn", &self.conn)
-            .field("items", &self.items)
+            .field("items", &self.items.as_slice())
             .finish()
     }
 }

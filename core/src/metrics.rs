@@ -139,6 +139,10 @@ pub struct Metrics {
     pub schemas_refused: u64,
     /// Times a slot drained and reopened its stream for another schema.
     pub schema_switches: u64,
+    /// `poll_output` passes over every timer, table and slot; every other call took the fast
+    /// path (dirty slots and tables only). Few in a steady state: each READY, failure, drain,
+    /// table warming or timer due makes one.
+    pub full_passes: u64,
 }
 
 /// Watermarks, in batches and rows (of the sink, a table or a slot). Both `submitted` and `delivered` only grow, and

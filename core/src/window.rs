@@ -16,7 +16,7 @@ use crate::batch::Batch;
 use crate::config::WindowLimits;
 use crate::error::{Bound, FailureReason, ProtocolError};
 use crate::event::Ignored;
-use crate::event::{Confirmed, Failed, FailedBatch, Transmit};
+use crate::event::{Confirmed, Failed, FailedBatch, Items, Output, Transmit};
 use crate::ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
@@ -186,11 +186,12 @@ pub(crate) struct SlotWindow<L: Lane, B> {
 }
 
 /// The outcome of an ack.
-pub(crate) enum AckOutcome<L: Lane> {
+pub(crate) enum AckOutcome {
     /// Nothing new became durable.
     Nothing(Ignored),
-    /// The durable count advanced; these batches (possibly none) became durable.
-    Progress(Option<Confirmed<L>>),
+    /// The durable count advanced; this many batches (possibly none) became durable, and
+    /// their burst was pushed to the output queue.
+    Progress(usize),
     /// The ack claims more than was sent: terminal for the connection's batches.
     Violation(ProtocolError),
 }
@@ -328,12 +329,15 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 end_row: live.rows_sent,
                 sent_at: now,
             });
-            let parts = item
-                .batch
-                .bytes()
-                .div_ceil(max_message_bytes.max(1))
-                .clamp(1, rows.max(1));
-            let per_part = rows.div_ceil(parts).max(1);
+            let bytes = item.batch.bytes();
+            let (parts, per_part) = if bytes <= max_message_bytes {
+                (1, rows.max(1))
+            } else {
+                let parts = bytes
+                    .div_ceil(max_message_bytes.max(1))
+                    .clamp(1, rows.max(1));
+                (parts, rows.div_ceil(parts).max(1))
+            };
             let mut from = 0;
             loop {
                 let len = per_part.min(rows - from);
@@ -363,7 +367,15 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
     }
 
     /// Applies an ack of `up_to_records` cumulative rows on the live connection `conn`.
-    pub(crate) fn on_ack(&mut self, now: Time, conn: ConnGen, up_to_records: u64) -> AckOutcome<L> {
+    /// The confirmed batches' burst is pushed straight onto `out` (built in place: a burst is
+    /// moved once, not passed up through the callers).
+    pub(crate) fn on_ack(
+        &mut self,
+        now: Time,
+        conn: ConnGen,
+        up_to_records: u64,
+        out: &mut VecDeque<Output<L, B>>,
+    ) -> AckOutcome {
         let slot = self.id;
         let live = match self.phase {
             Phase::Ready(ref mut live) | Phase::Draining { ref mut live, .. } => live,
@@ -388,33 +400,40 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             return AckOutcome::Nothing(Ignored::NoProgress);
         }
         live.rows_acked = up_to_records;
-        let mut items = Vec::new();
-        while let Some(front) = self.pending.front() {
-            if front.placed.is_none_or(|p| p.end_row > up_to_records) {
-                break;
-            }
-            let Some(done) = self.pending.pop_front() else {
-                break;
-            };
-            self.placed -= 1;
+        let count = self
+            .pending
+            .iter()
+            .take_while(|p| p.placed.is_some_and(|p| p.end_row <= up_to_records))
+            .count();
+        let mut confirm = |done: Pending<L, B>| {
             self.usage.remove(done.rows, done.bytes);
             self.marks.delivered += 1;
             self.marks.rows_delivered += done.rows;
-            items.push(Confirmation::new(
+            Confirmation::new(
                 done.token,
                 slot,
                 done.offset,
                 done.rows,
                 done.submitted_at,
                 now,
-            ));
-        }
-        let burst = (!items.is_empty()).then_some(Confirmed {
+            )
+        };
+        let items = if count > 1 {
+            Items::Many(self.pending.drain(..count).map(&mut confirm).collect())
+        } else if count == 1
+            && let Some(done) = self.pending.pop_front()
+        {
+            Items::One(confirm(done))
+        } else {
+            return AckOutcome::Progress(0);
+        };
+        self.placed -= count;
+        out.push_back(Output::Confirmed(Confirmed {
             table: self.table,
             conn: ConnId::new(self.sink, slot, conn),
             items,
-        });
-        AckOutcome::Progress(burst)
+        }));
+        AckOutcome::Progress(count)
     }
 
     /// Whether every row sent on the live connection is acked.

@@ -109,20 +109,23 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         } else if result.ack_up_to_records == 0 {
             Handled::Ignored(Ignored::NoProgress)
         } else {
-            match window.on_ack(now, generation, result.ack_up_to_records) {
+            let outputs = &mut self.outputs;
+            match window.on_ack(now, generation, result.ack_up_to_records, outputs) {
                 AckOutcome::Nothing(why) => Handled::Ignored(why),
-                AckOutcome::Progress(burst) => {
+                AckOutcome::Progress(count) => {
                     window.failures = 0;
-                    if let Some(burst) = burst {
+                    if count > 0
+                        && let Some(Output::Confirmed(burst)) = self.outputs.back()
+                    {
                         self.metrics.acks_applied += 1;
-                        self.metrics.coalesce.record(burst.len() as u64);
+                        self.metrics.coalesce.record(count as u64);
+                        self.ended += count as u64;
                         for c in burst.iter() {
                             let latency = c.confirmed_at().saturating_since(c.submitted_at());
                             self.metrics
                                 .delivery_latency_us
                                 .record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
                         }
-                        self.outputs.push_back(Output::Confirmed(burst));
                     }
                     Handled::Applied
                 }

@@ -2,12 +2,14 @@
 //!
 //! This file holds the public surface; `input.rs` what each input means (the protocol's rules:
 //! READY first, acks, rotation requests, the end of a call); `recovery.rs` the transitions that
-//! failures, drains and rotations cause; `pump.rs` the work `poll_output` does (timers, warming
-//! and evicting tables, assigning and placing batches, closing idle streams).
+//! failures, drains and rotations cause; `pump.rs` the work a full pass of `poll_output` does
+//! (timers, warming and evicting tables, assigning and placing batches, closing idle streams);
+//! `sched.rs` what lets the steady state skip it (dirty slots and tables, a timer heap).
 
 mod input;
 mod pump;
 mod recovery;
+mod sched;
 mod schema;
 
 use std::collections::VecDeque;
@@ -116,6 +118,12 @@ pub struct SinkCore<L: Lane, B: Batch> {
     jitter: Jitter,
     /// Set by [`close`](Self::close): admission stopped; batches not durable by then fail.
     close_deadline: Option<Time>,
+    /// Batches admitted, and batches ended (confirmed or handed back), over every table: the
+    /// sink's pending count without a pass over the tables.
+    admitted: u64,
+    ended: u64,
+    /// What `poll_output` must look at: dirty slots and tables, the timer heap (`sched.rs`).
+    sched: sched::Sched,
 }
 
 impl<L: Lane, B: Batch> fmt::Debug for SinkCore<L, B> {
@@ -145,6 +153,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             outputs: VecDeque::new(),
             metrics: Metrics::default(),
             close_deadline: None,
+            admitted: 0,
+            ended: 0,
+            sched: sched::Sched::default(),
         })
     }
 
@@ -174,6 +185,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return Err(ConfigError::TooMany { what: "slots" });
         }
         let table = TableId(id);
+        self.sched.owe_full_pass();
         for i in 0..pool.slots {
             let slot = u16::try_from(first_slot).unwrap_or(u16::MAX) + i;
             self.slots
@@ -371,23 +383,47 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             schema,
         };
         let t = &mut self.tables[route.table.index()];
-        match route.key {
+        // The fast path serves a warm table whose streams may carry the batch's schema.
+        let fast = self.sched.enabled()
+            && t.status == TableStatus::Warm
+            && (!reconciled || t.schemas.is_ok(schema));
+        let slot = match route.key {
             Some(hash) => {
                 let n = u64::from(t.pool.slots.max(1));
                 let index = t.first_slot + usize::try_from(hash % n).unwrap_or(0);
                 self.slots[index].assign(queued);
+                Some(index)
             }
+            None if fast => match self.assign_at_once(route.table.index(), queued) {
+                Ok(()) => None,
+                Err(queued) => {
+                    let t = &mut self.tables[route.table.index()];
+                    t.queued.add(rows, bytes);
+                    t.queue.push_back(queued);
+                    None
+                }
+            },
             None => {
                 t.queued.add(rows, bytes);
                 t.queue.push_back(queued);
+                None
             }
-        }
+        };
+        let t = &mut self.tables[route.table.index()];
         let seq = t.admitted;
         t.admitted += 1;
         t.rows_admitted += rows;
         t.last_used = now;
-        let pending = self.watermarks().pending();
+        let waiting = !t.queue.is_empty();
+        self.admitted += 1;
+        let pending = self.admitted - self.ended;
+        debug_assert_eq!(
+            pending,
+            self.watermarks().pending(),
+            "pending count drifted"
+        );
         self.metrics.max_pending = self.metrics.max_pending.max(pending);
+        self.sched.admitted(route.table, slot, fast, waiting);
         Ok(Admitted {
             table: route.table,
             seq,
@@ -449,7 +485,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// another sink) are ignored (invariant 4). Nothing it returns needs an answer: drain
     /// [`poll_output`](Self::poll_output) next, and log a [`Handled::Violation`].
     pub fn handle(&mut self, now: Time, input: Input<L>) -> Handled {
-        self.on_input(now, input)
+        let conn = input.conn();
+        let ours = conn.sink == self.id;
+        let was_ready = ours
+            && matches!(input, Input::Result { .. })
+            && self.ready_conn(conn.slot()) == Some(conn.generation());
+        let handled = self.on_input(now, input);
+        if handled != Handled::Ignored(crate::event::Ignored::Stale) {
+            self.after_input(conn.slot(), was_ready, conn.generation());
+        }
+        handled
     }
 
     /// Stops admission and drains: every slot closes gracefully once its table's batches are
@@ -457,12 +502,19 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// table. Idempotent; a later call cannot extend the first deadline.
     pub fn close(&mut self, now: Time, deadline: Time) {
         self.close_deadline.get_or_insert(deadline.max(now));
+        self.sched.owe_full_pass();
     }
 
     /// The next effect to perform. See the drain contract on [`SinkCore`]. Expired timers fire
     /// before anything else is decided, so `Output::Timeout(Some(at))` is always in the future.
     pub fn poll_output(&mut self, now: Time) -> Output<L, B> {
-        // Each round fires what is due and pumps to a fixed point; a round that leaves a
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        if let Some(out) = self.fast_output(now) {
+            return out;
+        }
+        // A full pass. Each round fires what is due and pumps to a fixed point; a round that leaves a
         // deadline at or before `now` (a timer armed by the pump itself, e.g. an immediate
         // reopen after a rotation) runs again. Every round changes a slot's phase, so a few
         // rounds suffice; the bound only guards against a bug turning into a busy loop.
@@ -479,6 +531,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     break;
                 }
             }
+            self.settle();
             if !self.outputs.is_empty() {
                 continue;
             }

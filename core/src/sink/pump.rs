@@ -10,7 +10,9 @@ use crate::lane::Lane;
 use crate::time::Time;
 use crate::window::{Drain, Phase};
 
-use super::{SinkCore, TableStatus};
+use super::{SinkCore, TableState, TableStatus};
+use crate::config::WindowLimits;
+use crate::window::{Queued, SlotWindow};
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Acts on every deadline at or before `now`. Spurious calls do nothing.
@@ -109,10 +111,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             self.cancel(now, SlotId(u16::try_from(index).unwrap_or(u16::MAX)));
             let window = &mut self.slots[index];
             if let Some(failed) = window.fail_all(reason.clone()) {
+                self.ended += failed.batches.len() as u64;
                 self.outputs.push_back(Output::Failed(failed));
             }
         }
         if let Some(failed) = self.fail_unassigned(table, reason) {
+            self.ended += failed.batches.len() as u64;
             self.outputs.push_back(Output::Failed(failed));
         }
     }
@@ -163,14 +167,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 
     /// One pass; returns whether a table went cold, so that another pass may give its streams
-    /// to a waiting table.
+    /// to a waiting table. The order makes one pass a fixed point otherwise: placing stops at
+    /// a batch of another schema, so schemas switch after placing, and a stream that starts
+    /// draining with everything acked half-closes in the same pass.
     pub(super) fn pump(&mut self, now: Time) -> bool {
         self.ask_reconciles(now);
-        self.advance_drains(now);
         self.warm_tables(now);
         self.assign_queued();
-        self.switch_schemas(now);
         self.place(now);
+        self.switch_schemas(now);
+        self.advance_drains(now);
         self.close_quiet_streams(now)
     }
 
@@ -279,7 +285,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 
     /// The first table in line for streams, if one waits.
-    fn first_waiting(&self) -> Option<usize> {
+    pub(super) fn first_waiting(&self) -> Option<usize> {
         (0..self.tables.len())
             .filter(|&i| self.tables[i].status == TableStatus::Cold && self.wants_streams(i))
             .min_by_key(|&i| (self.tables[i].waiting_since, i))
@@ -297,12 +303,20 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         !t.queue.is_empty() || self.slots[t.slots()].iter().any(|s| s.has_pending())
     }
 
-    /// Gives queued batches to the table's READY slots, round-robin, while they have room.
+    /// Gives queued batches to the tables' READY slots.
     fn assign_queued(&mut self) {
+        for index in 0..self.tables.len() {
+            self.assign_queued_of(index);
+        }
+    }
+
+    /// Gives the table's queued batches to its READY slots, round-robin, while they have room;
+    /// marks each slot that took one for placing.
+    pub(super) fn assign_queued_of(&mut self, table: usize) {
         let limits = self.config.window;
-        for t in &mut self.tables {
+        if let Some(t) = self.tables.get_mut(table) {
             if t.status != TableStatus::Warm {
-                continue;
+                return;
             }
             let n = usize::from(t.pool.slots);
             while let Some(front) = t.queue.front() {
@@ -310,39 +324,66 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 if t.spec.reconciled && !t.schemas.is_ok(front.schema) {
                     break;
                 }
-                let chosen = (0..n).map(|k| (t.cursor + k) % n).find(|&k| {
-                    let w = &self.slots[t.first_slot + k];
-                    w.is_ready()
-                        && w.usage()
-                            .exceeded(&limits, 1, front.rows, front.bytes)
-                            .is_none()
-                });
-                let Some(k) = chosen else { break };
+                let Some(k) = room_in(t, &self.slots, &limits, front.rows, front.bytes) else {
+                    break;
+                };
                 let Some(q) = t.queue.pop_front() else { break };
                 t.queued.remove(q.rows, q.bytes);
                 t.cursor = (k + 1) % n;
                 self.slots[t.first_slot + k].assign(q);
+                self.sched.mark_slot(t.first_slot + k);
             }
         }
     }
 
+    /// An order-agnostic table's batch admitted while nothing waits in its queue goes straight
+    /// to a READY slot with room, as the queue would give it; returns it back otherwise.
+    pub(super) fn assign_at_once(
+        &mut self,
+        table: usize,
+        queued: Queued<L, B>,
+    ) -> Result<(), Queued<L, B>> {
+        let limits = self.config.window;
+        let Some(t) = self.tables.get_mut(table) else {
+            return Err(queued);
+        };
+        if t.status != TableStatus::Warm || !t.queue.is_empty() {
+            return Err(queued);
+        }
+        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
+            return Err(queued);
+        };
+        t.cursor = (k + 1) % usize::from(t.pool.slots).max(1);
+        self.slots[t.first_slot + k].assign(queued);
+        self.sched.mark_slot(t.first_slot + k);
+        Ok(())
+    }
+
     /// Puts every unsent batch of a READY slot of a warm table on the wire.
     fn place(&mut self, now: Time) {
-        let max_message_bytes = self.config.max_message_bytes;
-        for window in &mut self.slots {
-            let table = window.table();
-            if !window.is_ready()
-                || !window.has_unplaced()
-                || self.tables[table.index()].status != TableStatus::Warm
-            {
-                continue;
-            }
-            let outputs = &mut self.outputs;
-            let sent = window.place_all(table, now, max_message_bytes, &mut |t| {
-                outputs.push_back(Output::Send(t))
-            });
-            self.metrics.messages_sent += sent;
+        for index in 0..self.slots.len() {
+            self.place_slot(index, now);
         }
+    }
+
+    /// Puts the slot's unsent batches on the wire if it is READY and its table warm.
+    pub(super) fn place_slot(&mut self, index: usize, now: Time) {
+        let max_message_bytes = self.config.max_message_bytes;
+        let Some(window) = self.slots.get_mut(index) else {
+            return;
+        };
+        let table = window.table();
+        if !window.is_ready()
+            || !window.has_unplaced()
+            || self.tables[table.index()].status != TableStatus::Warm
+        {
+            return;
+        }
+        let outputs = &mut self.outputs;
+        let sent = window.place_all(table, now, max_message_bytes, &mut |t| {
+            outputs.push_back(Output::Send(t))
+        });
+        self.metrics.messages_sent += sent;
     }
 
     /// Closes streams with nothing left to do: when the table is being evicted (nothing on the
@@ -406,4 +447,21 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             .filter_map(|t| t.schemas.ask_again_at(self.config.reconcile_timeout));
         slots.chain(close).chain(turn).chain(reconcile).min()
     }
+}
+
+/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
+/// of `rows`/`bytes`, as an index within the table's pool.
+fn room_in<L: Lane, B: Batch>(
+    t: &TableState<L, B>,
+    slots: &[SlotWindow<L, B>],
+    limits: &WindowLimits,
+    rows: u64,
+    bytes: u64,
+) -> Option<usize> {
+    let n = usize::from(t.pool.slots);
+    (0..n).map(|k| (t.cursor + k) % n).find(|&k| {
+        slots
+            .get(t.first_slot + k)
+            .is_some_and(|w| w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none())
+    })
 }

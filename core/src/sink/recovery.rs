@@ -133,6 +133,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let reason = FailureReason::Protocol(error);
         self.close_connection(now, slot, false, true);
         if let Some(failed) = self.slots[slot.index()].fail_all(reason.clone()) {
+            self.ended += failed.batches.len() as u64;
             self.outputs.push_back(Output::Failed(failed));
         }
         self.restart(now, slot, reason, false);
@@ -193,6 +194,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 last: Box::new(reason.clone()),
             };
             if let Some(failed) = window.fail_all(spent) {
+                self.ended += failed.batches.len() as u64;
                 self.outputs.push_back(Output::Failed(failed));
             }
         }
@@ -219,6 +221,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             };
             if let Some(failed) = self.fail_unassigned(table, spent) {
                 self.metrics.retry_budgets_spent += 1;
+                self.ended += failed.batches.len() as u64;
                 self.outputs.push_back(Output::Failed(failed));
             }
         }
@@ -298,10 +301,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let window = &mut self.slots[index];
             window.phase = Phase::Failed;
             if let Some(failed) = window.fail_all(reason.clone()) {
+                self.ended += failed.batches.len() as u64;
                 self.outputs.push_back(Output::Failed(failed));
             }
         }
         if let Some(failed) = self.fail_unassigned(table, reason) {
+            self.ended += failed.batches.len() as u64;
             self.outputs.push_back(Output::Failed(failed));
         }
     }

@@ -79,6 +79,18 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
     }
 
+    /// Whether the slot is READY with its next batch to send of another schema than its
+    /// connection's, one the table takes: the stream must drain and reopen for it.
+    pub(super) fn wants_schema_switch(&self, index: usize) -> bool {
+        let Some(window) = self.slots.get(index) else {
+            return false;
+        };
+        let Some(next) = window.next_unplaced_schema().filter(|_| window.is_ready()) else {
+            return false;
+        };
+        next != window.conn_schema && self.tables[window.table().index()].schemas.is_ok(next)
+    }
+
     /// Asks for the next wanted schema of every table with no request outstanding, and asks
     /// again for one unanswered past `reconcile_timeout`.
     pub(super) fn ask_reconciles(&mut self, now: Time) {
@@ -111,6 +123,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         schema: SchemaId,
         outcome: Result<(), String>,
     ) -> Handled {
+        self.sched.owe_full_pass();
         let Some(t) = self.tables.get_mut(table.index()) else {
             return Handled::Ignored(Ignored::Stale);
         };
@@ -138,6 +151,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     reason,
                 };
                 if let Some(failed) = self.fail_queued_of(table, schema, failure) {
+                    self.ended += failed.batches.len() as u64;
                     self.outputs.push_back(Output::Failed(failed));
                 }
             }
@@ -197,17 +211,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// drain and reopen for it (the rotation path: wait for acks, half-close, reopen at once).
     pub(super) fn switch_schemas(&mut self, now: Time) {
         for index in 0..self.slots.len() {
-            let window = &self.slots[index];
-            let Phase::Ready(live) = window.phase else {
-                continue;
-            };
-            let Some(next) = window.next_unplaced_schema() else {
-                continue;
-            };
-            let t = &self.tables[window.table().index()];
-            if next == window.conn_schema || !t.schemas.is_ok(next) {
+            if !self.wants_schema_switch(index) {
                 continue;
             }
+            let Phase::Ready(live) = self.slots[index].phase else {
+                continue;
+            };
             self.metrics.schema_switches += 1;
             let until = now + self.config.retry.drain_budget;
             self.slots[index].phase = Phase::Draining {

@@ -1,0 +1,295 @@
+//! What `poll_output` must look at, so that the steady state (batches admitted, sent and acked
+//! on open streams) costs the same per batch whatever the number of tables and slots:
+//! quinn-proto's approach, dirty flags and a timer heap instead of scans.
+//!
+//! Two ways through `poll_output`:
+//! - A **full pass** (`pump.rs`: every timer, every table and every slot, to a fixed point)
+//!   runs after anything that can change which tables hold streams or what a slot's phase is: a
+//!   stream becoming READY, failing, draining, rotating or ending; a table warming, failing or
+//!   being evicted; a schema reconciled; a table added; `close`; a timer falling due. It ends by
+//!   settling: the timer heap is rebuilt from every slot's deadline, and the sink is found
+//!   *calm* or not (calm: not closing, no table evicting, no table waiting for streams).
+//! - Between full passes, while the sink is calm, the two events of the steady state take the
+//!   **fast path**: a batch admitted for a warm table (of a schema its streams may carry) marks
+//!   that table dirty, or with a key the slot it went to; an ack applied on a READY connection
+//!   that stays READY marks its slot and table dirty. `poll_output` then assigns queued batches
+//!   for the dirty tables, places batches for the dirty slots and re-arms their timers, and
+//!   nothing else. Every other input and mutator asks for a full pass.
+//!
+//! Timers are armed lazily: a slot's heap entry is pushed again only when its deadline moves
+//! earlier (a send on an idle stream); a deadline that moved later (an ack) is corrected when
+//! its entry reaches the top of the heap. So the top, once checked, is the earliest deadline,
+//! and in the steady state the heap holds about one entry per slot.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::batch::Batch;
+use crate::event::Output;
+use crate::ids::{SlotId, TableId};
+use crate::lane::Lane;
+use crate::time::Time;
+use crate::window::Phase;
+
+use super::{SinkCore, TableStatus};
+
+/// Indices marked for a look, each once.
+#[derive(Debug, Default)]
+struct Dirty {
+    list: Vec<usize>,
+    flag: Vec<bool>,
+}
+
+impl Dirty {
+    fn mark(&mut self, index: usize) {
+        if let Some(flag) = self.flag.get_mut(index)
+            && !*flag
+        {
+            *flag = true;
+            self.list.push(index);
+        }
+    }
+
+    fn pop(&mut self) -> Option<usize> {
+        let index = self.list.pop()?;
+        if let Some(flag) = self.flag.get_mut(index) {
+            *flag = false;
+        }
+        Some(index)
+    }
+
+    /// Forgets every mark and sizes the flags for `len` indices.
+    fn reset(&mut self, len: usize) {
+        self.list.clear();
+        self.flag.clear();
+        self.flag.resize(len, false);
+        self.list.reserve(len);
+    }
+}
+
+/// The scheduler's state (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct Sched {
+    /// Whether the fast path may be taken at all (see [`SinkCore::set_fast_path`]).
+    enabled: bool,
+    /// A full pass is owed.
+    full: bool,
+    /// The last full pass left the sink calm, so the fast path may be taken.
+    calm: bool,
+    tables: Dirty,
+    slots: Dirty,
+    /// Slot deadlines, earliest first; an entry is current only while it equals `armed`.
+    timers: BinaryHeap<Reverse<(Time, usize)>>,
+    /// Per slot, the deadline its current heap entry carries.
+    armed: Vec<Option<Time>>,
+    /// The sink's own next deadline (a reconcile request to ask again), as of the last full
+    /// pass: nothing on the fast path changes it.
+    global: Option<Time>,
+}
+
+impl Default for Sched {
+    fn default() -> Sched {
+        Sched {
+            enabled: true,
+            full: true,
+            calm: false,
+            tables: Dirty::default(),
+            slots: Dirty::default(),
+            timers: BinaryHeap::new(),
+            armed: Vec::new(),
+            global: None,
+        }
+    }
+}
+
+impl Sched {
+    /// Something changed that only a full pass may act on.
+    pub(super) fn owe_full_pass(&mut self) {
+        self.full = true;
+    }
+
+    /// The slot was given a batch to place.
+    pub(super) fn mark_slot(&mut self, slot: usize) {
+        self.slots.mark(slot);
+    }
+
+    /// Whether a batch admitted for a warm table may go straight to a slot.
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// A batch was admitted for `table` (or given to `slot`, keyed): `fast` when the table is
+    /// warm and its streams may carry the batch's schema; `waiting` when the table's queue
+    /// holds batches for a slot.
+    pub(super) fn admitted(
+        &mut self,
+        table: TableId,
+        slot: Option<usize>,
+        fast: bool,
+        waiting: bool,
+    ) {
+        match (fast, slot) {
+            (false, _) => self.full = true,
+            (true, Some(slot)) => self.slots.mark(slot),
+            (true, None) if waiting => self.tables.mark(table.index()),
+            (true, None) => {}
+        }
+    }
+}
+
+impl<L: Lane, B: Batch> SinkCore<L, B> {
+    /// Turns the fast path on (the default) or off. Off, every batch admitted waits in its
+    /// table's queue for the next `poll_output`, and every `poll_output` that has no output
+    /// queued makes a full pass over every timer, table and slot: the behaviour the fast path
+    /// must reproduce, which the testkit's differential property compares it with.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.sched.enabled = on;
+        self.sched.full = true;
+    }
+
+    /// The READY connection of a slot, if it has one.
+    pub(super) fn ready_conn(&self, slot: SlotId) -> Option<crate::ids::ConnGen> {
+        match self.slots.get(slot.index())?.phase {
+            Phase::Ready(live) => Some(live.conn),
+            _ => None,
+        }
+    }
+
+    /// After an input on `slot`'s connection `generation`: the fast path if it was an ack on a
+    /// READY connection that is still READY, else a full pass.
+    pub(super) fn after_input(
+        &mut self,
+        slot: SlotId,
+        was_ready: bool,
+        generation: crate::ids::ConnGen,
+    ) {
+        let still = self.ready_conn(slot) == Some(generation);
+        match self.slots.get(slot.index()) {
+            Some(window) if was_ready && still => {
+                // The ack moved the slot's deadline later (corrected lazily) and made room:
+                // for its own unsent batches, and for its table's queue.
+                let table = window.table().index();
+                if window.has_unplaced() {
+                    self.sched.slots.mark(slot.index());
+                }
+                if self.tables.get(table).is_some_and(|t| !t.queue.is_empty()) {
+                    self.sched.tables.mark(table);
+                }
+            }
+            _ => self.sched.full = true,
+        }
+    }
+
+    /// The next output on the fast path, or `None` when a full pass must run instead.
+    pub(super) fn fast_output(&mut self, now: Time) -> Option<Output<L, B>> {
+        if self.sched.full || !self.sched.calm || !self.sched.enabled {
+            return None;
+        }
+        let due = |at: Option<Time>| at.is_some_and(|at| at <= now);
+        let mut next = self.next_timer();
+        if due(next) || due(self.sched.global) {
+            self.sched.full = true;
+            return None;
+        }
+        let placed = !self.sched.tables.list.is_empty() || !self.sched.slots.list.is_empty();
+        while let Some(table) = self.sched.tables.pop() {
+            self.assign_queued_of(table);
+        }
+        while let Some(index) = self.sched.slots.pop() {
+            self.place_slot(index, now);
+            self.arm(index);
+            // Placing stops at a batch of another schema: the stream must drain and reopen,
+            // which a full pass does.
+            if self.wants_schema_switch(index) {
+                self.sched.full = true;
+            }
+        }
+        if self.sched.full {
+            return self.outputs.pop_front();
+        }
+        if let Some(out) = self.outputs.pop_front() {
+            return Some(out);
+        }
+        if placed {
+            next = self.next_timer();
+        }
+        let at = match (next, self.sched.global) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Some(Output::Timeout(at))
+    }
+
+    /// After a full pass: no marks left, the heap rebuilt, calm or not.
+    pub(super) fn settle(&mut self) {
+        self.metrics.full_passes += 1;
+        let (open, ack) = (self.config.open_timeout, self.config.ack_timeout);
+        let sched = &mut self.sched;
+        sched.full = false;
+        sched.tables.reset(self.tables.len());
+        sched.slots.reset(self.slots.len());
+        sched.timers.clear();
+        sched.armed.clear();
+        for (index, window) in self.slots.iter().enumerate() {
+            let at = window.deadline(open, ack);
+            sched.armed.push(at);
+            if let Some(at) = at {
+                sched.timers.push(Reverse((at, index)));
+            }
+        }
+        sched.global = self
+            .tables
+            .iter()
+            .filter_map(|t| t.schemas.ask_again_at(self.config.reconcile_timeout))
+            .min();
+        let calm = self.close_deadline.is_none()
+            && !self
+                .tables
+                .iter()
+                .any(|t| t.status == TableStatus::Evicting)
+            && self.first_waiting().is_none();
+        self.sched.calm = calm;
+    }
+
+    /// Pushes the slot's deadline if it moved earlier than its armed entry (or it had none).
+    fn arm(&mut self, index: usize) {
+        let Some(window) = self.slots.get(index) else {
+            return;
+        };
+        let at = window.deadline(self.config.open_timeout, self.config.ack_timeout);
+        let Some(armed) = self.sched.armed.get_mut(index) else {
+            return;
+        };
+        if let Some(at) = at
+            && armed.is_none_or(|armed| at < armed)
+        {
+            *armed = Some(at);
+            self.sched.timers.push(Reverse((at, index)));
+        }
+    }
+
+    /// The earliest slot deadline: entries that were superseded are dropped, and one whose
+    /// slot's deadline moved later is pushed again at its real time, until the top is current.
+    fn next_timer(&mut self) -> Option<Time> {
+        let (open, ack) = (self.config.open_timeout, self.config.ack_timeout);
+        loop {
+            let Reverse((at, index)) = *self.sched.timers.peek()?;
+            let armed = self.sched.armed.get(index).copied().flatten();
+            if armed != Some(at) {
+                self.sched.timers.pop();
+                continue;
+            }
+            let actual = self.slots.get(index).and_then(|w| w.deadline(open, ack));
+            if actual == Some(at) {
+                return Some(at);
+            }
+            self.sched.timers.pop();
+            if let Some(slot) = self.sched.armed.get_mut(index) {
+                *slot = actual;
+            }
+            if let Some(actual) = actual {
+                self.sched.timers.push(Reverse((actual, index)));
+            }
+        }
+    }
+}
