@@ -488,6 +488,45 @@ impl Harness {
         }
     }
 
+    /// The same harness with the core's fast path off: every `poll_output` a full pass (see
+    /// [`SinkCore::set_fast_path`]).
+    #[must_use]
+    pub fn full_passes_only(mut self) -> Harness {
+        self.sink.set_fast_path(false);
+        self
+    }
+
+    /// What the core holds, slot by slot and table by table, with its metrics: two harnesses
+    /// fed the same operations must agree on it whether the core took its fast path or not.
+    #[must_use]
+    pub fn snapshot(&self) -> String {
+        let slots: Vec<_> = self
+            .sink
+            .slot_ids()
+            .map(|s| (self.sink.slot_watermarks(s), self.sink.in_flight(s)))
+            .collect();
+        let tables: Vec<_> = self
+            .tables
+            .iter()
+            .map(|&t| (self.sink.table_watermarks(t), self.sink.queued(t)))
+            .collect();
+        let metrics = zerobus_sink::Metrics {
+            full_passes: 0,
+            ..self.sink.metrics().clone()
+        };
+        format!(
+            "slots {slots:?}\ntables {tables:?}\nopen {}\nclosed {}\nmetrics {metrics:?}",
+            self.sink.open_streams(),
+            self.sink.is_closed(),
+        )
+    }
+
+    /// The core's full passes so far (see [`zerobus_sink::Metrics::full_passes`]).
+    #[must_use]
+    pub fn full_passes(&self) -> u64 {
+        self.sink.metrics().full_passes
+    }
+
     /// Runs `ops` with every check, then [`finish`](Self::finish)es.
     pub fn run(ops: &[Op]) -> Result<Tally, Violation> {
         Harness::run_checking(ops, Checks::ALL).map(|r| r.tally)

@@ -131,3 +131,94 @@ fn prop_a_deadline_whenever_work_is_pending() {
 fn prop_provisioned_before_sent() {
     property(12, &[SWITCHES, REFUSED, EVICTIONS]);
 }
+
+/// The core's fast path (dirty slots and tables and a timer heap, core/src/sink/sched.rs)
+/// against full passes over every timer, table and slot: after every operation of a schedule
+/// both cores hold the same batches in the same windows and queues with the same metrics, and
+/// neither oracle objects; returns the full passes each made.
+fn fast_path_agrees(ops: &[Op]) -> Result<(u64, u64), String> {
+    let mut fast = Harness::default();
+    let mut full = Harness::default().full_passes_only();
+    for (i, op) in ops.iter().enumerate() {
+        fast.apply(op)
+            .map_err(|v| format!("op {i} {op:?}, fast path: {v}"))?;
+        full.apply(op)
+            .map_err(|v| format!("op {i} {op:?}, full passes: {v}"))?;
+        let (a, b) = (fast.snapshot(), full.snapshot());
+        if a != b {
+            return Err(format!(
+                "after op {i} {op:?}\nfast path:\n{a}\nfull passes:\n{b}"
+            ));
+        }
+    }
+    let passes = (fast.full_passes(), full.full_passes());
+    let fast = fast
+        .finish()
+        .map_err(|v| format!("finish, fast path: {v}"))?;
+    let full = full
+        .finish()
+        .map_err(|v| format!("finish, full passes: {v}"))?;
+    if fast.tally != full.tally {
+        return Err(format!(
+            "tallies: fast {:?}, full {:?}",
+            fast.tally, full.tally
+        ));
+    }
+    Ok(passes)
+}
+
+thread_local! {
+    static PASSES: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+#[test]
+fn prop_fast_path_matches_full_passes() {
+    fn agrees(ops: Vec<Op>) -> TestResult {
+        match fast_path_agrees(&ops) {
+            Ok((fast, full)) => {
+                let (a, b) = PASSES.get();
+                PASSES.set((a + fast, b + full));
+                TestResult::passed()
+            }
+            Err(e) => TestResult::error(e),
+        }
+    }
+    PASSES.set((0, 0));
+    QuickCheck::new()
+        .rng(quickcheck::Gen::new(200))
+        .tests(tests())
+        .max_tests(tests() * 10)
+        .quickcheck(agrees as fn(Vec<Op>) -> TestResult);
+    let (fast, full) = PASSES.get();
+    println!("full passes: {fast} with the fast path, {full} without");
+    // The comparison means something only if the fast path was taken: it must have saved
+    // a good share of the full passes.
+    assert!(
+        fast * 20 < full * 19,
+        "the fast path was hardly taken: {fast} full passes against {full}"
+    );
+}
+
+/// The random schedules fault, evict and close often (the harness holds 5 slots under a cap of
+/// 4), so the sink is seldom calm; a steady schedule (one table, its streams open, batches and
+/// acks) must take the fast path nearly always, and still agree.
+#[test]
+fn fast_path_matches_full_passes_in_a_steady_schedule() {
+    let mut ops = vec![Op::Submit { rows: 5 }];
+    ops.extend((0..3).map(|slot| Op::Ready { slot }));
+    for i in 0..2_000u32 {
+        ops.push(Op::Submit {
+            rows: u8::try_from(i % 7 + 1).unwrap_or(1),
+        });
+        if i % 3 == 2 {
+            let slot = u8::try_from(i % 4).unwrap_or(0);
+            ops.push(Op::Ack { slot, rows: 40 });
+        }
+    }
+    let (fast, full) = fast_path_agrees(&ops).unwrap_or_else(|e| panic!("{e}"));
+    println!("steady schedule: {fast} full passes with the fast path, {full} without");
+    assert!(
+        fast * 20 < full,
+        "the fast path was not taken in a steady state: {fast} full passes against {full}"
+    );
+}
