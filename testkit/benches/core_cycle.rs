@@ -1,85 +1,230 @@
-//! The core's own cost, in wall-clock time on this machine: nanoseconds per submit + send + ack
-//! + confirm cycle, for acks that confirm one batch each and for acks that coalesce 64.
+//! The core's own cost per submit + send + ack + confirm cycle, across shapes from one slot to
+//! 64 tables x 4 slots, and the heap allocations the core makes per cycle.
 //!
-//! Run: `cargo bench -p zerobus-sink-testkit --bench core_cycle`
+//! The caller's own work is kept out of what is timed and counted: its tokens are built before
+//! each timed chunk of 4,096 cycles and the committed positions dropped after it, the batch is a
+//! synthetic `Copy` type (the adapter's `RecordBatch` clone is the adapter's choice of batch
+//! type; see docs/performance.md), and what is left of the caller in the loop is a few index
+//! operations on preallocated vectors. Streams are opened before timing. Allocations are
+//! counted by `stats_alloc`'s instrumented allocator around each chunk.
+//!
+//! Run: `cargo bench -p zerobus-sink-testkit --bench core_cycle` (`ZEROBUS_BENCH_CYCLES`,
+//! default 2,000,000 per shape; `ZEROBUS_BENCH_REPEAT`, default 5 repetitions per shape).
 
+use std::alloc::System;
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use zerobus_sink::{
-    Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token,
-    WindowLimits,
+    Batch, ConnId, Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, SlotId,
+    SourcePosition, TableId, TableSpec, Time, Token,
 };
 
-fn cycles(batch: &RecordBatch, total: u64, per_ack: u64) -> f64 {
-    let window = WindowLimits {
-        max_batches: 1_000,
-        max_bytes: 1 << 30,
-        max_rows: 1 << 30,
-    };
-    let mut sink = SinkCore::<Raw, RecordBatch>::new(SinkConfig {
-        window,
-        ..SinkConfig::default()
-    })
-    .expect("config");
-    let table = sink
-        .add_table(TableSpec::new("main.bench.orders").sizing(PoolSizing::fixed(1)))
-        .expect("table");
-    let now = Time::ZERO;
-    let mut target = None;
-    let mut rows_sent = 0;
-    let start = Instant::now();
-    let mut done = 0;
-    while done < total {
-        for i in 0..per_ack {
-            let token = Token::raw("bench", 0, i64::try_from(done + i).unwrap_or(0));
-            sink.submit(now, table, batch.clone(), token)
-                .expect("window has room");
-        }
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// A synthetic batch: rows and bytes, nothing to copy.
+#[derive(Clone, Copy)]
+struct Rows(u64);
+
+impl Batch for Rows {
+    fn rows(&self) -> u64 {
+        self.0
+    }
+    fn bytes(&self) -> u64 {
+        self.0 * 8
+    }
+    fn slice(&self, offset: u64, len: u64) -> Self {
+        Rows(len.min(self.0.saturating_sub(offset)))
+    }
+}
+
+/// Rows per batch: 64 batches per ack stay inside the default window's 50,000 rows.
+const ROWS: u64 = 100;
+/// Cycles per timed chunk: the tokens for a chunk are built before it.
+const CHUNK: u64 = 4_096;
+
+struct Shape {
+    tables: u16,
+    slots: u16,
+    per_ack: u64,
+}
+
+struct Bench {
+    sink: SinkCore<Raw, Rows>,
+    tables: Vec<TableId>,
+    /// Per slot: the live connection and the rows sent on it.
+    conns: Vec<Option<(ConnId<Raw>, u64)>>,
+    touched: Vec<SlotId>,
+    committed: Vec<SourcePosition>,
+}
+
+impl Bench {
+    fn new(shape: &Shape) -> Bench {
+        let config = SinkConfig {
+            max_open_streams: shape.tables * shape.slots,
+            ..SinkConfig::default()
+        };
+        let mut sink = SinkCore::<Raw, Rows>::new(config).expect("config");
+        let tables: Vec<TableId> = (0..shape.tables)
+            .map(|t| {
+                let spec = TableSpec::new(format!("main.bench.t{t}"))
+                    .sizing(PoolSizing::fixed(shape.slots));
+                sink.add_table(spec).expect("table")
+            })
+            .collect();
+        let slots = usize::from(shape.tables * shape.slots);
+        let mut bench = Bench {
+            sink,
+            tables,
+            conns: vec![None; slots],
+            touched: Vec::with_capacity(slots),
+            committed: Vec::with_capacity(CHUNK as usize * 2),
+        };
+        // Open every stream before timing: one batch per slot.
+        let warm: Vec<_> = (0..slots as u64).map(token).collect();
+        bench.round(warm, 1);
+        bench.committed.clear();
+        bench
+    }
+
+    /// Submits `tokens` round-robin over the tables, drains, acks every slot that sent,
+    /// drains; `per_ack` batches between acks.
+    fn round(&mut self, tokens: Vec<Token<Raw>>, per_ack: u64) {
+        let mut tokens = tokens.into_iter();
+        let mut k = 0usize;
         loop {
-            match sink.poll_output(now) {
+            let mut any = false;
+            for _ in 0..per_ack {
+                let Some(token) = tokens.next() else { break };
+                let table = self.tables[k % self.tables.len()];
+                k += 1;
+                any = true;
+                self.sink
+                    .submit(Time::ZERO, table, Rows(ROWS), token)
+                    .unwrap_or_else(|r| panic!("window has room: {:?}", r.reason));
+            }
+            if !any {
+                break;
+            }
+            self.drain();
+            while let Some(slot) = self.touched.pop() {
+                let Some((conn, rows)) = self.conns[slot.index()] else {
+                    continue;
+                };
+                let handled = self.sink.handle(Time::ZERO, Input::acked(conn, rows));
+                assert_eq!(handled, Handled::Applied, "ack");
+                self.drain();
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        loop {
+            match self.sink.poll_output(Time::ZERO) {
                 Output::Open { conn, .. } => {
-                    assert_eq!(sink.handle(now, Input::ready(conn)), Handled::Applied);
+                    let handled = self.sink.handle(Time::ZERO, Input::ready(conn));
+                    assert_eq!(handled, Handled::Applied);
+                    self.conns[conn.slot().index()] = Some((conn, 0));
                 }
                 Output::Send(t) => {
-                    rows_sent += t.rows;
-                    target = Some(t.conn);
+                    let entry = self.conns[t.conn.slot().index()].as_mut().expect("open");
+                    if !self.touched.contains(&t.conn.slot()) {
+                        self.touched.push(t.conn.slot());
+                    }
+                    entry.1 += t.rows;
                     black_box(t.batch);
                 }
                 Output::Confirmed(burst) => {
                     for c in burst {
-                        black_box(c.commit());
+                        self.committed.push(c.commit());
                     }
                 }
                 Output::Timeout(_) => break,
-                _ => {}
+                other => panic!("unexpected output {other:?}"),
             }
         }
-        let conn = target.expect("sent");
-        let handled = sink.handle(now, Input::acked(conn, rows_sent));
-        assert_eq!(handled, Handled::Applied, "ack");
-        while !matches!(sink.poll_output(now), Output::Timeout(_)) {}
-        done += per_ack;
     }
-    start.elapsed().as_nanos() as f64 / total as f64
+}
+
+fn token(i: u64) -> Token<Raw> {
+    Token::raw("bench", 0, i64::try_from(i).unwrap_or(0))
+}
+
+/// Nanoseconds and allocations per cycle over `cycles` cycles of `shape`.
+fn measure(shape: &Shape, cycles: u64) -> (f64, f64) {
+    let mut bench = Bench::new(shape);
+    let (mut time, mut allocations) = (Duration::ZERO, 0);
+    let mut done = 0;
+    while done < cycles {
+        let n = CHUNK.min(cycles - done);
+        let tokens: Vec<_> = (done..done + n).map(token).collect();
+        let before = GLOBAL.stats();
+        let start = Instant::now();
+        bench.round(tokens, shape.per_ack);
+        time += start.elapsed();
+        let after = GLOBAL.stats();
+        allocations +=
+            (after.allocations - before.allocations) + (after.reallocations - before.reallocations);
+        assert_eq!(bench.committed.len() as u64, n, "every batch confirmed");
+        bench.committed.clear();
+        done += n;
+    }
+    (
+        time.as_nanos() as f64 / cycles as f64,
+        allocations as f64 / cycles as f64,
+    )
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
-    let col: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1_000));
-    let batch = RecordBatch::try_from_iter([("id", col)]).expect("batch");
-    let total = 2_000_000;
-    // Warm up, then measure each shape once (repeat the command to see the spread).
-    cycles(&batch, 100_000, 1);
-    let one = cycles(&batch, total, 1);
-    let many = cycles(&batch, total, 64);
-    println!(
-        "core cost per submit+send+ack+confirm cycle (1,000-row RecordBatch, {total} cycles):"
+    let cycles = env("ZEROBUS_BENCH_CYCLES", 2_000_000);
+    let repeat = env("ZEROBUS_BENCH_REPEAT", 5);
+    let shapes = [(1, 1), (1, 4), (1, 16), (16, 4), (64, 4)];
+    // Warm up.
+    measure(
+        &Shape {
+            tables: 1,
+            slots: 1,
+            per_ack: 1,
+        },
+        cycles / 10,
     );
-    println!("  1 batch per ack:   {one:>8.1} ns");
     println!(
-        "  64 batches per ack: {many:>8.1} ns  ({:.2}x cheaper per batch)",
-        one / many
+        "core cost per submit+send+ack+confirm cycle ({cycles} cycles, {repeat} runs, ns min / median / max, allocations per cycle):"
     );
+    println!("| tables x slots | 1 batch per ack | allocs | 64 batches per ack | allocs |");
+    println!("|---|---|---|---|---|");
+    for (tables, slots) in shapes {
+        let mut row = format!("| {tables} x {slots} |");
+        for per_ack in [1, 64] {
+            let shape = Shape {
+                tables,
+                slots,
+                per_ack,
+            };
+            let mut ns = Vec::new();
+            let mut allocs = 0.0f64;
+            for _ in 0..repeat {
+                let (n, a) = measure(&shape, cycles);
+                ns.push(n);
+                allocs = allocs.max(a);
+            }
+            ns.sort_by(f64::total_cmp);
+            row += &format!(
+                " {:.0} / {:.0} / {:.0} | {allocs:.3} |",
+                ns[0],
+                ns[ns.len() / 2],
+                ns[ns.len() - 1]
+            );
+        }
+        println!("{row}");
+    }
 }
