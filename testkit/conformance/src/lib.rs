@@ -8,7 +8,8 @@
 //! - `tests/official_client.rs`: the official client against the emulator (ingest, flush,
 //!   close, a batch it splits, a rotation). If the emulator spoke the protocol differently from
 //!   the service, the official client would fail here.
-//! - `benches/loopback.rs`: this sink against the official client on the same emulator
-//!   (`cargo bench -p zerobus-sink-conformance --bench loopback`).
+//! - `benches/compare.rs`: this sink, the official client and a bare DoPut client, each at its
+//!   defaults, on the same emulator (`cargo bench -p zerobus-sink-conformance --bench compare`;
+//!   docs/performance.md).
 
 #![forbid(unsafe_code)]

@@ -1,0 +1,515 @@
+//! This sink against the official client (`databricks-zerobus-ingest-sdk` 2.12.0, Arrow Flight,
+//! its defaults) and a bare Arrow Flight `DoPut` client (the floor: encode, send, read acks,
+//! nothing else), each with its default configuration, on the same emulator.
+//!
+//! For every cell of streams x rows per batch x time to durability, with the emulator holding
+//! each stream to the quotas page's limits (100,000 rows/s, 100 MB/s), and at 0 ms also without
+//! limits (where CPU is what differs):
+//! - rows/s, min / median / max over `ZEROBUS_BENCH_REPS` repetitions (default 3), the clients'
+//!   order rotated each repetition;
+//! - CPU per MB of Arrow data, median, counted on the client's threads only (the emulator runs
+//!   on a runtime of its own, its threads named apart; `/proc/self/task/*/stat`);
+//! - every client's streams are open (READY) before its timer starts, and a run ends when every
+//!   row is durable;
+//! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
+//!   limits, `ZEROBUS_BENCH_ROWS` (default 2,000,000); the emulator keeps no batches.
+//!
+//! ```text
+//! cargo bench -p zerobus-sink-conformance --bench compare
+//! ZEROBUS_BENCH_QUICK=1 cargo bench -p zerobus-sink-conformance --bench compare   # 1 and 4 streams, 100 and 10,000 rows, 0 and 200 ms
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{FlightData, SchemaAsIpc};
+use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
+use arrow_ipc::{CompressionType, MetadataVersion};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use databricks_zerobus_ingest_sdk::ZerobusSdk;
+use tokio::runtime::Runtime;
+use zerobus_sink::{
+    Batch, Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, Token, WindowLimits,
+};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
+use zerobus_sink_tokio::health::{Phase, TableHealth};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink};
+
+const EMULATOR: &str = "emulator";
+const CLIENT: &str = "client";
+
+struct Count;
+impl Confirmer<Raw> for Count {
+    fn confirmed(&mut self, _: &str, _: Confirmation<Raw>) {}
+    fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
+        panic!("{table}: batch failed in the benchmark: {why}");
+    }
+    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
+        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
+    }
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("order_id", DataType::Int64, false),
+        Field::new("customer", DataType::Utf8, false),
+        Field::new("amount", DataType::Float64, false),
+    ]))
+}
+
+/// 16 distinct batches of `rows` rows (about 30 B a row), sent in turn.
+fn batches(schema: &SchemaRef, rows: i64) -> Vec<RecordBatch> {
+    (0..16)
+        .map(|b| {
+            let r = b * rows..(b + 1) * rows;
+            let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(r.clone()));
+            let c: ArrayRef = Arc::new(StringArray::from_iter_values(
+                r.clone().map(|i| format!("customer-{:05}", i % 10_007)),
+            ));
+            let a: ArrayRef = Arc::new(Float64Array::from_iter_values(
+                r.map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
+            ));
+            RecordBatch::try_new(schema.clone(), vec![ids, c, a]).expect("batch")
+        })
+        .collect()
+}
+
+/// CPU time (user + system) of this process's threads whose names start with `prefix`.
+fn cpu_of(prefix: &str) -> Duration {
+    let mut ticks = 0u64;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is the 3rd field of the
+        // line, utime the 14th and stime the 15th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    // Linux reports these in USER_HZ, 100 per second on every platform Rust targets.
+    Duration::from_millis(ticks * 10)
+}
+
+/// One run's outcome.
+#[derive(Clone, Copy)]
+struct Run {
+    took: Duration,
+    cpu: Duration,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Ours,
+    Official,
+    Bare,
+}
+
+impl Client {
+    const ALL: [Client; 3] = [Client::Ours, Client::Official, Client::Bare];
+}
+
+struct Cell {
+    limits: bool,
+    latency_ms: u64,
+    /// Streams per table.
+    streams: u16,
+    rows: i64,
+    tables: usize,
+}
+
+/// Batches to send in a run of `cell`.
+fn count(cell: &Cell) -> usize {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let rows = if cell.limits {
+        let streams = u64::from(cell.streams) * cell.tables as u64;
+        StreamLimits::quotas().rows_per_sec * streams * env("ZEROBUS_BENCH_SECONDS", 2)
+    } else {
+        env("ZEROBUS_BENCH_ROWS", 2_000_000)
+    };
+    usize::try_from(rows / cell.rows.unsigned_abs())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Table names: one table for the cells, `tables` of them for the many-tables runs.
+fn names(prefix: &str, tables: usize) -> Vec<String> {
+    (0..tables)
+        .map(|t| format!("main.bench.{prefix}_{t}"))
+        .collect()
+}
+
+/// One sink with a pool of `streams` per table; batch `i` goes to table `i % tables`.
+async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
+    let schema = pool[0].schema();
+    let names = names("ours", tables);
+    let defs = names
+        .iter()
+        .map(|t| TableDef::new(t.as_str(), schema.clone()).sizing(PoolSizing::fixed(streams)))
+        .collect();
+    let config = ZerobusConfig::new(url);
+    let mut sink = ZerobusSink::<Raw>::start(config, defs, Count).expect("start");
+    let ids: Vec<_> = names
+        .iter()
+        .map(|t| sink.table(t).expect("table"))
+        .collect();
+    // Open every stream before timing: a first batch opens a table's pool; wait until all
+    // are live.
+    for &id in &ids {
+        let first = pool[0].slice(0, 1);
+        let _ = sink
+            .send(id, first, Token::raw("bench", 0, -1))
+            .await
+            .expect("send");
+    }
+    sink.flush().await.expect("flush");
+    loop {
+        let health = sink.health().await.expect("health");
+        let live = |t: &TableHealth| t.streams.iter().all(|s| s.phase == Phase::Live);
+        if health.tables.iter().all(live) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cpu = cpu_of(CLIENT);
+    let started = Instant::now();
+    for i in 0..n {
+        let b = pool[i % pool.len()].clone();
+        let _receipt = sink
+            .send(ids[i % tables], b, Token::raw("bench", 0, i as i64))
+            .await
+            .expect("send");
+    }
+    sink.flush().await.expect("flush");
+    let run = Run {
+        took: started.elapsed(),
+        cpu: cpu_of(CLIENT) - cpu,
+    };
+    sink.close(Duration::from_secs(60)).await;
+    run
+}
+
+/// `streams` client streams per table, each in its own task (the client's stream object is
+/// one table's); batch `i` goes to lane `i % lanes`.
+async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
+    let schema = pool[0].schema();
+    let sdk = Arc::new(
+        ZerobusSdk::builder()
+            .endpoint(url)
+            .no_tls()
+            .build()
+            .expect("sdk"),
+    );
+    let mut lanes = Vec::new();
+    for table in names("official", tables) {
+        for _ in 0..streams {
+            let stream = sdk
+                .stream_builder()
+                .table(&table)
+                .no_auth()
+                .arrow(schema.clone())
+                .build_arrow()
+                .await
+                .expect("stream");
+            lanes.push(stream);
+        }
+    }
+    let cpu = cpu_of(CLIENT);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let lanes_n = lanes.len();
+    for (lane, stream) in lanes.into_iter().enumerate() {
+        let mine: Vec<RecordBatch> = (lane..n)
+            .step_by(lanes_n)
+            .map(|i| pool[i % pool.len()].clone())
+            .collect();
+        tasks.push(tokio::spawn(async move {
+            for b in mine {
+                stream.ingest_batch(b).await.expect("ingest");
+            }
+            stream.flush().await.expect("flush");
+            stream
+        }));
+    }
+    let mut streams_back = Vec::new();
+    for t in tasks {
+        streams_back.push(t.await.expect("task"));
+    }
+    let run = Run {
+        took: started.elapsed(),
+        cpu: cpu_of(CLIENT) - cpu,
+    };
+    for mut s in streams_back {
+        s.close().await.expect("close");
+    }
+    run
+}
+
+fn ipc_options() -> IpcWriteOptions {
+    IpcWriteOptions::try_new(64, false, MetadataVersion::V5)
+        .and_then(|o| o.try_with_compression(Some(CompressionType::ZSTD)))
+        .expect("options")
+}
+
+/// The cumulative rows an ack's metadata carries, and whether it is READY.
+fn ack_rows(metadata: &[u8]) -> (i64, u64) {
+    let text = String::from_utf8_lossy(metadata);
+    let number = |key: &str| -> i64 {
+        text.split_once(key)
+            .and_then(|(_, rest)| {
+                let rest = rest.trim_start_matches(['"', ':', ' ']);
+                let end = rest
+                    .find(|c: char| c != '-' && !c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                rest[..end].parse().ok()
+            })
+            .unwrap_or(0)
+    };
+    (
+        number("ack_up_to_offset"),
+        number("ack_up_to_records").unsigned_abs(),
+    )
+}
+
+/// `streams` DoPut calls per table, each in its own task.
+async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
+    let schema = pool[0].schema();
+    let mut lanes = Vec::new();
+    for (table, _) in names("bare", tables)
+        .into_iter()
+        .flat_map(|t| (0..streams).map(move |s| (t.clone(), s)))
+    {
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut client = FlightServiceClient::new(channel);
+        let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(1_000);
+        let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        request.metadata_mut().insert(
+            "x-databricks-zerobus-table-name",
+            table.parse().expect("header"),
+        );
+        tx.send(SchemaAsIpc::new(&schema, &ipc_options()).into())
+            .await
+            .expect("schema");
+        let mut acks = client.do_put(request).await.expect("do_put").into_inner();
+        let ready = acks.message().await.expect("ready").expect("ready");
+        assert_eq!(ack_rows(&ready.app_metadata).0, -1, "READY first");
+        lanes.push((tx, acks));
+    }
+    let cpu = cpu_of(CLIENT);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let lanes_n = lanes.len();
+    for (lane, (tx, mut acks)) in lanes.into_iter().enumerate() {
+        let mine: Vec<RecordBatch> = (lane..n)
+            .step_by(lanes_n)
+            .map(|i| pool[i % pool.len()].clone())
+            .collect();
+        let rows: u64 = mine.iter().map(|b| b.num_rows() as u64).sum();
+        let reader = tokio::spawn(async move {
+            while let Some(ack) = acks.message().await.expect("ack") {
+                if ack_rows(&ack.app_metadata).1 >= rows {
+                    return;
+                }
+            }
+            panic!("the call ended before every row was acked");
+        });
+        tasks.push(tokio::spawn(async move {
+            let options = ipc_options();
+            let generator = IpcDataGenerator::default();
+            let mut context = IpcWriteContext::default();
+            for (offset, b) in mine.iter().enumerate() {
+                let (_, encoded) = generator
+                    .encode(
+                        b,
+                        &mut DictionaryTracker::new(false),
+                        &options,
+                        &mut context,
+                    )
+                    .expect("encode");
+                let message = FlightData::from(encoded)
+                    .with_app_metadata(format!("{{\"offset_id\":{offset}}}").into_bytes());
+                tx.send(message).await.expect("send");
+            }
+            reader.await.expect("acks");
+            drop(tx);
+        }));
+    }
+    for t in tasks {
+        t.await.expect("lane");
+    }
+    Run {
+        took: started.elapsed(),
+        cpu: cpu_of(CLIENT) - cpu,
+    }
+}
+
+fn run(client: Client, client_rt: &Runtime, url: &str, cell: &Cell, pool: &[RecordBatch]) -> Run {
+    let n = count(cell);
+    let (url, pool, streams, tables) = (url.to_string(), pool.to_vec(), cell.streams, cell.tables);
+    client_rt
+        .block_on(async move {
+            tokio::spawn(async move {
+                match client {
+                    Client::Ours => ours(url, streams, tables, &pool, n).await,
+                    Client::Official => official(url, streams, tables, &pool, n).await,
+                    Client::Bare => bare(url, streams, tables, &pool, n).await,
+                }
+            })
+            .await
+        })
+        .expect("client task")
+}
+
+/// min / median / max.
+fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1],
+    )
+}
+
+fn main() {
+    let quick = std::env::var("ZEROBUS_BENCH_QUICK").is_ok();
+    let reps: usize = std::env::var("ZEROBUS_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let emulator_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(EMULATOR)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(CLIENT)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let schema = schema();
+    let (streams, sizes, latencies): (&[u16], &[i64], &[u64]) = if quick {
+        (&[1, 4], &[100, 10_000], &[0, 200])
+    } else {
+        (&[1, 2, 4, 8], &[100, 1_000, 10_000], &[0, 50, 200])
+    };
+    let mut cells = Vec::new();
+    for &latency_ms in latencies {
+        for limits in [true, false] {
+            if !limits && latency_ms > 0 {
+                continue;
+            }
+            for &s in streams {
+                for &rows in sizes {
+                    cells.push(Cell {
+                        limits,
+                        latency_ms,
+                        streams: s,
+                        rows,
+                        tables: 1,
+                    });
+                }
+            }
+        }
+    }
+    // Many tables through one sink: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream
+    // each, 1,000-row batches spread over them in turn.
+    let tables = std::env::var("ZEROBUS_BENCH_TABLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    for (limits, latency_ms) in [(false, 0), (true, 200)] {
+        cells.push(Cell {
+            limits,
+            latency_ms,
+            streams: 1,
+            rows: 1_000,
+            tables,
+        });
+    }
+    println!(
+        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads), median",
+        WindowLimits::default()
+    );
+    println!(
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for cell in &cells {
+        let pool = batches(&schema, cell.rows);
+        let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
+            / pool.len() as f64
+            / 1e6;
+        let dir = tempfile::tempdir().expect("dir");
+        let mut config = EmulatorConfig::new(dir.path())
+            .ack_latency(Duration::from_millis(cell.latency_ms))
+            .keep_batches(false);
+        if cell.limits {
+            config = config.stream_limits(StreamLimits::quotas());
+        }
+        let emu = emulator_rt
+            .block_on(Emulator::start(config))
+            .expect("emulator");
+        let url = emu.url();
+        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); 3];
+        for rep in 0..reps {
+            for k in 0..3 {
+                let index = (rep + k) % 3;
+                let client = Client::ALL[index];
+                runs[index].push(run(client, &client_rt, &url, cell, &pool));
+            }
+        }
+        emulator_rt.block_on(emu.shutdown());
+        let rows_total = count(cell) as f64 * cell.rows as f64;
+        let rate = |r: &[Run]| {
+            spread(
+                r.iter()
+                    .map(|r| rows_total / r.took.as_secs_f64())
+                    .collect(),
+            )
+        };
+        let cpu = |r: &[Run]| spread(r.iter().map(|r| r.cpu.as_secs_f64() * 1e3 / mb).collect()).1;
+        let (o, f, b) = (rate(&runs[0]), rate(&runs[1]), rate(&runs[2]));
+        let fmt = |(min, med, max): (f64, f64, f64)| format!("{min:.0} / {med:.0} / {max:.0}");
+        println!(
+            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} |",
+            if cell.limits { "quotas" } else { "none" },
+            cell.latency_ms,
+            cell.tables,
+            cell.streams,
+            cell.rows,
+            fmt(o),
+            fmt(f),
+            fmt(b),
+            o.1 / f.1,
+            o.1 / b.1,
+            cpu(&runs[0]),
+            cpu(&runs[1]),
+            cpu(&runs[2]),
+        );
+    }
+}
