@@ -13,6 +13,8 @@
 //!   row is durable;
 //! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
 //!   limits, `ZEROBUS_BENCH_ROWS` (default 2,000,000); the emulator keeps no batches.
+//! - then many tables: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream each, 1,000-row
+//!   batches in turn, through one sink here and one client stream object per table there.
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-conformance --bench compare
@@ -176,10 +178,11 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     // are live.
     for &id in &ids {
         let first = pool[0].slice(0, 1);
-        let _ = sink
+        let receipt = sink
             .send(id, first, Token::raw("bench", 0, -1))
             .await
             .expect("send");
+        drop(receipt);
     }
     sink.flush().await.expect("flush");
     loop {
