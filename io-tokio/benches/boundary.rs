@@ -10,6 +10,9 @@
 //! cargo bench -p zerobus-sink-tokio --bench boundary
 //! ```
 
+mod common;
+use common::Strict;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,26 +21,13 @@ use arrow_array::{
     TimestampMicrosecondArray,
 };
 use arrow_schema::{Field, Schema};
-use zerobus_sink::{Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, Token};
+use zerobus_sink::{PoolSizing, Raw, Token};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
-use zerobus_sink_tokio::{
-    Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink,
-};
+use zerobus_sink_tokio::{Provisioning, Sink, TableDef, ZerobusConfig, ZerobusSink};
 
 const BATCHES: i64 = 1_000;
 const ROWS: i64 = 5_000;
-
-struct Count;
-impl Confirmer<Raw> for Count {
-    fn confirmed(&mut self, _: &str, _: Confirmation<Raw>) {}
-    fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
-        panic!("{table}: batch failed in the benchmark: {why}");
-    }
-    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
-        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
-    }
-}
 
 /// The payload of batch `b`; `mismatched`: `id` as a nullable Int32 (no nulls).
 fn payload(b: i64, mismatched: bool) -> Vec<(&'static str, ArrayRef, bool)> {
@@ -134,11 +124,11 @@ async fn run(
     let def = TableDef::new(table, batches[0].schema()).sizing(PoolSizing::fixed(1));
     let config = ZerobusConfig::new(emu.url());
     let mut sink = match catalog {
-        None => ZerobusSink::<Raw>::start(config, vec![def], Count).unwrap(),
+        None => ZerobusSink::<Raw>::start(config, vec![def], Strict).unwrap(),
         Some(c) => ZerobusSink::<Raw>::start_provisioned(
             config,
             vec![def],
-            Count,
+            Strict,
             Provisioning::new(c, "bench"),
         )
         .unwrap(),

@@ -14,30 +14,20 @@
 //!
 //! The second holds the emulator to the quotas page's 100,000 rows/s per stream instead.
 
+mod common;
+use common::Strict;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch};
-use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
+use zerobus_sink::{Raw, Token};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
-use zerobus_sink_tokio::{
-    Confirmer, IsolatedRows, ProxyConfig, Sink, TableDef, ZerobusConfig, ZerobusSink,
-};
+use zerobus_sink_tokio::{ProxyConfig, Sink, TableDef, ZerobusConfig, ZerobusSink};
 
 const TABLE: &str = "main.bench.limits";
 const WARM: Duration = Duration::from_secs(1);
 const MEASURED: Duration = Duration::from_secs(5);
-
-struct Refuse;
-impl Confirmer<Raw> for Refuse {
-    fn confirmed(&mut self, _: &str, _: Confirmation<Raw>) {}
-    fn failed(&mut self, table: &str, _: FailedBatch<Raw, RecordBatch>, why: &FailureReason) {
-        panic!("{table}: batch failed in the benchmark: {why}");
-    }
-    fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
-        panic!("{table}: rows refused in the benchmark: {:?}", rows.faults);
-    }
-}
 
 /// `rows` rows of an id and `row_bytes - 8` incompressible bytes.
 fn batch(rows: usize, row_bytes: usize) -> RecordBatch {
@@ -75,7 +65,7 @@ async fn cell(
     let one = batch(batch_rows, row_bytes);
     let config = ZerobusConfig::new(emu.url()).proxy(ProxyConfig::Direct);
     let table = TableDef::new(TABLE, one.schema()).streams(1);
-    let mut sink = ZerobusSink::<Raw>::start(config, vec![table], Refuse).expect("starts");
+    let mut sink = ZerobusSink::<Raw>::start(config, vec![table], Strict).expect("starts");
     let id = sink.table(TABLE).expect("the table");
     let mut offset = 0i64;
     let mut send = async |sink: &mut ZerobusSink<Raw>| {
