@@ -76,7 +76,16 @@ pub struct ZerobusConfig {
     /// Trust the platform's root certificates for `https` endpoints, besides the bundled webpki
     /// roots and `tls_ca_pem` (on by default; a platform without a store just adds none).
     pub native_roots: bool,
+    /// How many batches `send` may hand over beyond what the windows admit ([`HANDOFFS`] by
+    /// default; at least 1, 0 is taken as 1): while they wait for the sink's task, `send`
+    /// returns without waiting for it. More decouples the caller from the task further and
+    /// holds that many more batches in memory when the windows are full.
+    pub handoffs: usize,
 }
+
+/// The default [`ZerobusConfig::handoffs`]: 32 batches handed over beyond the windows, so that
+/// `send` returns while the sink's task takes the batches before it in bulk.
+pub const HANDOFFS: usize = 32;
 
 /// The default [`ZerobusConfig::primary_raw_recheck`]: five minutes, one describe per
 /// primary-raw table, so that a property turned on under a running pipeline stops it within
@@ -100,7 +109,15 @@ impl ZerobusConfig {
             primary_raw_recheck: PRIMARY_RAW_RECHECK,
             proxy: ProxyConfig::default(),
             native_roots: true,
+            handoffs: HANDOFFS,
         }
+    }
+
+    /// Sets how many batches `send` may hand over beyond what the windows admit.
+    #[must_use]
+    pub fn handoffs(mut self, batches: usize) -> ZerobusConfig {
+        self.handoffs = batches;
+        self
     }
 
     /// Sets how streams reach the endpoint (a proxy, or directly whatever the environment says).

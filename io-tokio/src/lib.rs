@@ -113,7 +113,9 @@ mod wire;
 pub use auth::{AuthError, Credentials, OAuth, Secret};
 pub use boundary::plan::EMIT_TS;
 pub use boundary::{BadRows, ColumnRefusal, Conversions, FaultKind, IsolatedRows, RowFault};
-pub use config::{MAX_ROW_BYTES, PRIMARY_RAW_RECHECK, ResubmitPolicy, TableDef, ZerobusConfig};
+pub use config::{
+    HANDOFFS, MAX_ROW_BYTES, PRIMARY_RAW_RECHECK, ResubmitPolicy, TableDef, ZerobusConfig,
+};
 pub use confirmer::Confirmer;
 pub use error::{DeliveryError, FlushError, SendError, StartError};
 pub use observer::Observer;

@@ -50,7 +50,9 @@ impl Receipt {
         self.table
     }
 
-    /// The batch's admission number within its table, from 0.
+    /// The batch's number among those `send` accepted for its table, from 0, in the order of
+    /// the calls (given by the handle when it hands the batch over; a batch the core refuses
+    /// after that still has its number).
     #[must_use]
     pub fn seq(&self) -> u64 {
         self.seq

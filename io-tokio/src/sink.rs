@@ -1,5 +1,6 @@
 //! The handle: [`ZerobusSink`], and the plan's `Sink` and `BatchSink` traits.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,11 +8,13 @@ use std::time::Duration;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use tokio::sync::{mpsc, oneshot};
-use zerobus_sink::{Lane, Route, SchemaId, SinkCore, TableId, Token};
+use zerobus_sink::{Lane, RejectReason, Route, SchemaId, SinkCore, TableId, Token};
 use zerobus_sink_catalog::{TableCatalog, TableRef};
 
 use crate::auth::TokenSource;
-use crate::command::{Control, Submit};
+use crate::boundary::check::{self, Judged};
+use crate::boundary::{self, BadRows};
+use crate::command::{Ask, Checked, Control, Flags, Handoff, Known};
 use crate::config::{TableDef, ZerobusConfig};
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
@@ -26,14 +29,22 @@ use crate::{schema, wire};
 
 /// The plan's `Sink` (seed section 2.2): fire-and-forget sends with receipts, and a flush.
 pub trait Sink<L: Lane> {
-    /// Admits a batch and returns once it is admitted (awaiting only while the window is full:
-    /// that is the backpressure). The receipt resolves when the batch is durable.
+    /// Hands a batch over and returns once it is handed over (awaiting only while the window
+    /// is full: that is the backpressure). The receipt resolves when the batch is durable.
+    ///
+    /// What can be decided before the hand-over comes back from `send` with the batch and its
+    /// token: an unknown table, a schema that does not match or that the catalog refused, rows
+    /// the table would refuse, an empty batch, a table that has failed. A schema's first batch
+    /// waits for its plan (and for admission); the schema's later batches are checked here and
+    /// handed over without waiting for the sink's task. If admission fails after the hand-over
+    /// (the table fails meanwhile), the batch goes to the [`Confirmer`]'s `failed` and its
+    /// receipt fails, like a batch handed back later.
     ///
     /// **Cancel-safe.** If the future is dropped while it waits for room, the batch and its
     /// token are dropped with it, unadmitted: nothing was sent and nothing will be confirmed
-    /// (keep your source position where it was). Once the batch has reached the driver (the
-    /// wait for room is over), dropping the future no longer matters: the batch is admitted
-    /// and its token reaches the [`Confirmer`], confirmed or failed, like any other.
+    /// (keep your source position where it was). Once the batch is handed over (the wait for
+    /// room is over), dropping the future no longer matters: its token reaches the
+    /// [`Confirmer`], confirmed or failed, like any other.
     fn send(
         &mut self,
         route: impl Into<Route> + Send,
@@ -55,13 +66,13 @@ pub struct CommitInfo {
     pub rows: u64,
 }
 
-/// The admission numbers `[first, last]` of the batches pushed since the previous finish
-/// (`None` when nothing was pushed).
+/// The numbers `[first, last]` ([`Receipt::seq`]) of the batches pushed since the previous
+/// finish (`None` when nothing was pushed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OffsetSpan {
-    /// The first batch's admission number.
+    /// The first batch's number.
     pub first: Option<u64>,
-    /// The last batch's admission number (the submitted high-water).
+    /// The last batch's number (the submitted high-water).
     pub last: Option<u64>,
 }
 
@@ -96,11 +107,19 @@ impl<L: Lane, F: FnMut(&RecordBatch) -> Token<L> + Send> Positions<L> for F {
 /// [`Confirmer`] given to [`start`](ZerobusSink::start).
 #[derive(Debug)]
 pub struct ZerobusSink<L: Lane> {
-    submits: mpsc::Sender<Submit<L>>,
+    submits: mpsc::Sender<Handoff<L>>,
     control: mpsc::UnboundedSender<Control>,
     tables: Vec<(TableId, Arc<TableWire>)>,
     /// Per table (provisioned sinks): each batch schema seen, its index the [`SchemaId`].
     schemas: Vec<Vec<SchemaRef>>,
+    /// Each schema's plan, once its first batch was admitted or refused.
+    known: HashMap<(TableId, SchemaId), Known>,
+    /// Per table: what to do with rows the table would refuse.
+    bad_rows: Vec<BadRows>,
+    /// Per table: batches accepted so far (the next receipt's `seq`).
+    accepted: Vec<u64>,
+    max_row_bytes: u64,
+    flags: Arc<Flags>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -248,14 +267,17 @@ impl<L: Lane> ZerobusSink<L> {
             options: wire::write_options(config.compression)?,
             tokens: TokenSource::new(config.credentials),
         });
-        let (submits, submits_rx) = mpsc::channel(1);
+        let (submits, submits_rx) = mpsc::channel(config.handoffs.max(1));
         let (control, control_rx) = mpsc::unbounded_channel();
+        let flags = Arc::new(Flags::new(wires.len()));
+        let bad_rows = definitions.iter().map(|d| d.bad_rows).collect();
         let driver = Driver::new(Parts {
             core,
             confirmer,
             shared,
             tables: wires.iter().map(|(_, w)| w.clone()).collect(),
             submits: submits_rx,
+            flags: flags.clone(),
             control: control_rx,
             resubmit: config.resubmit,
             provisioning,
@@ -268,6 +290,11 @@ impl<L: Lane> ZerobusSink<L> {
             submits,
             control,
             schemas: vec![Vec::new(); wires.len()],
+            known: HashMap::new(),
+            bad_rows,
+            accepted: vec![0; wires.len()],
+            max_row_bytes: config.max_row_bytes,
+            flags,
             tables: wires,
             task,
         })
@@ -307,9 +334,70 @@ impl<L: Lane> ZerobusSink<L> {
     pub async fn close(self, within: Duration) -> Report {
         let (tx, rx) = oneshot::channel();
         let _ = self.control.send(Control::Close { within, reply: tx });
+        // Letting go of the hand-off channel tells the driver that everything is handed over
+        // (the request above is read first).
+        let ZerobusSink { submits, task, .. } = self;
+        drop(submits);
         let report = rx.await.unwrap_or_default();
-        let _ = self.task.await;
+        let _ = task.await;
         report
+    }
+
+    /// A receipt for the table's next accepted batch.
+    fn receipt(
+        &mut self,
+        table: TableId,
+        rx: oneshot::Receiver<Result<crate::Delivered, crate::DeliveryError>>,
+    ) -> Receipt {
+        let seq = match self.accepted.get_mut(table.index()) {
+            Some(n) => {
+                *n += 1;
+                *n - 1
+            }
+            None => 0,
+        };
+        Receipt::new(table, seq, rx)
+    }
+
+    /// A batch whose schema's plan the handle does not know, or for a failed table: the
+    /// driver plans, checks and admits it, and answers.
+    async fn ask(
+        &mut self,
+        route: Route,
+        batch: RecordBatch,
+        token: Token<L>,
+    ) -> Result<Receipt, SendError<L>> {
+        let Ok(permit) = self.submits.reserve().await else {
+            return Err(SendError::Stopped {
+                parts: Some((batch, token)),
+            });
+        };
+        let (receipt, rx) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
+        permit.send(Handoff::Ask(Ask {
+            route,
+            batch,
+            token,
+            receipt,
+            reply,
+        }));
+        let key = (route.table(), route.schema_id());
+        match answer.await {
+            Ok(Ok(plan)) => {
+                if let Some(plan) = plan {
+                    self.known.insert(key, Known::Ready(plan));
+                }
+                Ok(self.receipt(route.table(), rx))
+            }
+            Ok(Err(error)) => {
+                if let SendError::Unreconcilable { columns, .. } = &error {
+                    self.known.insert(key, Known::Refused(columns.clone()));
+                }
+                Err(error)
+            }
+            // The driver stopped (the runtime is shutting down) while holding the batch.
+            Err(_) => Err(SendError::Stopped { parts: None }),
+        }
     }
 
     /// A [`BatchSink`] for one table, making tokens with `positions`.
@@ -336,7 +424,12 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
         token: Token<L>,
     ) -> Result<Receipt, SendError<L>> {
         let mut route = route.into();
-        let Some((_, wire)) = self.tables.iter().find(|(id, _)| *id == route.table()) else {
+        let Some(wire) = self
+            .tables
+            .iter()
+            .find(|(id, _)| *id == route.table())
+            .map(|(_, w)| w.clone())
+        else {
             return Err(SendError::UnknownTable {
                 table: route.table(),
                 batch,
@@ -369,24 +462,71 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
                 token,
             });
         }
+        if batch.num_rows() == 0 {
+            return Err(SendError::Rejected {
+                reason: RejectReason::Empty,
+                batch,
+                token,
+            });
+        }
+        let table = route.table();
+        let known = match self.flags.failed(table) {
+            // The driver answers with the core's refusal.
+            true => None,
+            false => self.known.get(&(table, route.schema_id())).cloned(),
+        };
+        let plan = match known {
+            None => return self.ask(route, batch, token).await,
+            Some(Known::Refused(columns)) => {
+                return Err(SendError::Unreconcilable {
+                    table: wire.name.clone(),
+                    columns,
+                    batch,
+                    token,
+                });
+            }
+            Some(Known::Ready(plan)) => plan,
+        };
         // Waiting for room is the only await before the hand-over: dropping the future here
-        // leaves the batch unadmitted (see the trait's docs).
+        // leaves the batch unadmitted (see the trait's docs). The rows are checked once the
+        // room is taken, so that rows isolated from the batch go only with it.
         let Ok(permit) = self.submits.reserve().await else {
             return Err(SendError::Stopped {
                 parts: Some((batch, token)),
             });
         };
-        let (reply, rx) = oneshot::channel();
-        permit.send(Submit {
-            route,
-            batch,
-            token,
-            reply,
-        });
-        match rx.await {
-            Ok(result) => result,
-            // The driver stopped (the runtime is shutting down) while holding the batch.
-            Err(_) => Err(SendError::Stopped { parts: None }),
+        let policy = self
+            .bad_rows
+            .get(table.index())
+            .copied()
+            .unwrap_or_default();
+        match check::judged(&plan, batch, token, self.max_row_bytes, policy, &wire.name) {
+            Judged::Go {
+                batch,
+                token,
+                origin,
+                rows,
+                isolated,
+            } => {
+                let (receipt, rx) = oneshot::channel();
+                permit.send(Handoff::Checked(Checked {
+                    route,
+                    batch,
+                    token,
+                    origin,
+                    rows,
+                    isolated,
+                    receipt,
+                }));
+                Ok(self.receipt(table, rx))
+            }
+            Judged::Refused(error) => {
+                if let SendError::BadRows { faults, .. } = &error {
+                    let rows = boundary::rows_named(faults) as u64;
+                    let _ = self.control.send(Control::BadRows { table, rows });
+                }
+                Err(error)
+            }
         }
     }
 

@@ -286,7 +286,11 @@ async fn shutdown_flushes_everything_then_half_closes() {
     let report = sink.close(Duration::from_secs(30)).await;
     assert_eq!(report.rows, 10_000);
     all_committed(&recorder, 100);
-    assert_eq!(emu.stats().half_closes, 2);
+    // The streams that carried the batches ended with a half-close. A stream still opening
+    // when the close began is cut instead (nothing is pending for it): sends hand their
+    // batches over faster than two streams open, so under load the second may not be live.
+    let half_closes = emu.stats().half_closes;
+    assert!((1..=2).contains(&half_closes), "{half_closes}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,17 +10,20 @@ use zerobus_sink::{Raw, SinkConfig, Token, WindowLimits};
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{SendError, Sink, StartError, ZerobusConfig, ZerobusSink};
 
-/// A window of one batch, and a service that takes 400 ms to make anything durable: the second
-/// send waits in the driver, the third in the channel, the fourth for room to hand over.
+/// A window of one batch and one hand-off beyond it: once the window and the table's queue
+/// are full, one batch waits in the driver, one in the channel, and the next `send` waits for
+/// room to hand over.
 fn tight(emu: &Emulator) -> ZerobusConfig {
-    config(emu).core(SinkConfig {
-        window: WindowLimits {
-            max_batches: 1,
-            ..WindowLimits::default()
-        },
-        retry: config(emu).core.retry,
-        ..SinkConfig::default()
-    })
+    config(emu)
+        .core(SinkConfig {
+            window: WindowLimits {
+                max_batches: 1,
+                ..WindowLimits::default()
+            },
+            retry: config(emu).core.retry,
+            ..SinkConfig::default()
+        })
+        .handoffs(1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,26 +41,29 @@ async fn a_dropped_send_either_never_admits_its_batch_or_accounts_for_its_token(
         .await
         .unwrap();
     sink.flush().await.unwrap();
-    for start in [10i64, 20] {
-        let token = Token::raw("o", 0, start + 9);
-        let _receipt = sink.send(id, orders(start, 10), token).await.unwrap();
-    }
+    // The window, the queue, the driver (waiting for room) and the channel: each `send`
+    // returns once its batch is handed over, without waiting for the driver.
     let patience = Duration::from_millis(100);
-    // Each of the next three gives up after 100 ms: the window holds for ~400 ms.
-    for (i, start) in [30i64, 40, 50].into_iter().enumerate() {
+    for start in [10i64, 20, 30, 40] {
+        let token = Token::raw("o", 0, start + 9);
+        let send = sink.send(id, orders(start, 10), token);
+        let receipt = tokio::time::timeout(patience, send).await;
+        drop(receipt.expect("handed over at once").unwrap());
+    }
+    // The next two wait for room to hand over, and give up after 100 ms each: the window holds
+    // for ~400 ms.
+    for start in [50i64, 60] {
         let send = sink.send(id, orders(start, 10), Token::raw("o", 0, start + 9));
         assert!(
             tokio::time::timeout(patience, send).await.is_err(),
-            "send {} should still wait",
-            i + 4
+            "the send of rows {start}.. should still wait"
         );
     }
     sink.flush().await.unwrap();
     let report = sink.close(Duration::from_secs(5)).await;
     let committed = recorder.seen().committed.clone();
-    // The first three, admitted at once; the fourth (dropped while the driver held it, waiting
-    // for room) and the fifth (dropped in the hand-over channel): admitted and confirmed too.
-    // The sixth (dropped while waiting for room to hand over): never admitted, never confirmed.
+    // Every batch handed over is confirmed, whether its send returned (the four above) or not.
+    // The two dropped while waiting for room to hand over: never admitted, never confirmed.
     assert_eq!(committed, vec![9, 19, 29, 39, 49], "{report}");
     assert_eq!(report.watermarks.submitted, 5);
     assert!(recorder.seen().failed.is_empty());
@@ -79,8 +85,15 @@ async fn a_report_and_a_close_do_not_queue_behind_a_send_waiting_for_room() {
         .send(id, orders(0, 10), Token::raw("o", 0, 9))
         .await
         .unwrap();
-    // A second send waits for room (the future is parked here, not dropped).
-    let mut waiting = Box::pin(sink.send(id, orders(10, 10), Token::raw("o", 0, 19)));
+    // Two more are handed over (one waits in the driver for room, one in the channel); a
+    // fourth waits for room to hand over (the future is parked here, not dropped).
+    for start in [10i64, 20] {
+        let token = Token::raw("o", 0, start + 9);
+        let send = sink.send(id, orders(start, 10), token);
+        let receipt = tokio::time::timeout(Duration::from_millis(100), send).await;
+        drop(receipt.expect("handed over at once").unwrap());
+    }
+    let mut waiting = Box::pin(sink.send(id, orders(30, 10), Token::raw("o", 0, 39)));
     assert!(
         tokio::time::timeout(Duration::from_millis(100), waiting.as_mut())
             .await
@@ -97,17 +110,18 @@ async fn a_report_and_a_close_do_not_queue_behind_a_send_waiting_for_room() {
         .await
         .expect("close within its deadline, not behind the send");
     assert!(started.elapsed() < Duration::from_secs(3));
-    // Both batches come back: the admitted one at the close deadline, the one the driver held
-    // (its send future dropped) refused as closed, to the confirmer.
+    // The three handed over come back: the admitted one at the close deadline, the one the
+    // driver held and the one in the channel refused as closed, to the confirmer. The fourth
+    // (its send dropped while waiting for room) was never handed over.
     let failed = recorder.seen().failed.clone();
-    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed.len(), 3, "{failed:?}");
     assert!(
         failed
             .iter()
             .any(|(_, _, why)| why.contains("not admitted")),
         "{failed:?}"
     );
-    assert_eq!(report.failed_batches, 2);
+    assert_eq!(report.failed_batches, 3);
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@
 //! The rules, the policies and the dedup query are listed in `docs/write-boundary.md`.
 
 pub(crate) mod apply;
+pub(crate) mod check;
 pub(crate) mod plan;
 pub(crate) mod rows;
 pub(crate) mod rules;

@@ -9,129 +9,159 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use tokio::sync::oneshot;
 use zerobus_sink::{
     Admitted, FailureReason, Lane, RejectReason, Route, SchemaId, TableId, Time, Token,
 };
 use zerobus_sink_catalog::TableCatalog;
 
-use super::{Blocked, Driver, Planned, Tagged};
-use crate::boundary::ColumnRefusal;
+use super::{Blocked, Driver, Pending, Planned, Tagged};
 use crate::boundary::apply::{Origin, RowIds};
-use crate::boundary::rows::{self, Verdict};
-use crate::boundary::{self, IsolatedRows, Plan};
-use crate::command::Submit;
+use crate::boundary::check::{self, Judged};
+use crate::boundary::{self, ColumnRefusal, IsolatedRows, Plan};
+use crate::command::{Ask, Handoff};
 use crate::config::role_of;
 use crate::confirmer::Confirmer;
 use crate::conn::TableWire;
-use crate::error::SendError;
+use crate::error::{DeliveryError, SendError};
 use crate::provision::{self, Answer};
-use crate::receipt::Receipt;
 
 impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L, C, P> {
-    /// A send from the handle: its schema's plan (asked for at the schema's first batch, which
-    /// waits for it as for a full window), the write boundary's checks, then the core.
-    pub(super) fn submit(&mut self, now: Time, s: Submit<L>) {
-        let table = s.route.table();
-        if self.closing.is_some() || self.handle_gone {
-            // The core refuses it as closed, whatever its schema.
-            let tagged = self.tag(s.batch, s.route, None, RowIds::From(0));
-            return self.admit(now, tagged, s.token, s.reply);
+    /// A batch from the handle.
+    pub(super) fn take(&mut self, now: Time, handoff: Handoff<L>) {
+        match handoff {
+            Handoff::Ask(ask) => self.submit(now, ask),
+            Handoff::Checked(c) => {
+                if let Some(rows) = c.isolated {
+                    self.isolated(c.route.table(), rows);
+                }
+                let tagged = self.tag(c.batch, c.route, c.origin, c.rows);
+                let pending = Pending {
+                    receipt: c.receipt,
+                    reply: None,
+                    plan: None,
+                };
+                self.admit(now, tagged, c.token, pending);
+            }
         }
+    }
+
+    /// A batch the handle waits for: its schema's plan (asked for at the schema's first
+    /// batch, which waits for it as for a full window), the write boundary's checks, then the
+    /// core; the answer carries the plan, which the handle applies to the schema's later
+    /// batches itself.
+    pub(super) fn submit(&mut self, now: Time, s: Ask<L>) {
+        let table = s.route.table();
         let key = (table, s.route.schema_id());
+        let closed = self.closing.is_some() || self.handle_gone;
+        if !closed {
+            match self.shapes.plans.get(&key) {
+                Some(Planned::Asking) => {
+                    self.blocked = Some(Blocked::Unplanned(s));
+                    return;
+                }
+                None if self.provisioning.is_some() => {
+                    self.ask(key, s.batch.schema());
+                    self.blocked = Some(Blocked::Unplanned(s));
+                    return;
+                }
+                _ => {}
+            }
+        }
+        let Ask {
+            route,
+            batch,
+            token,
+            receipt,
+            reply,
+        } = s;
+        let mut pending = Pending {
+            receipt,
+            reply: Some(reply),
+            plan: None,
+        };
         let plan = match self.shapes.plans.get(&key) {
-            Some(Planned::Ready(plan, _)) => plan.clone(),
-            Some(Planned::Refused(columns)) => {
+            Some(Planned::Ready(plan, _)) if !closed => plan.clone(),
+            Some(Planned::Refused(columns)) if !closed => {
                 let error = SendError::Unreconcilable {
                     table: self.table_name(table),
                     columns: columns.clone(),
-                    batch: s.batch,
-                    token: s.token,
+                    batch,
+                    token,
                 };
-                return self.refuse(s.route, s.reply, error);
+                return self.refuse(route, pending, error);
             }
-            Some(Planned::Asking) => {
-                self.blocked = Some(Blocked::Unplanned(s));
-                return;
-            }
-            None if self.provisioning.is_some() => {
-                self.ask(key, s.batch.schema());
-                self.blocked = Some(Blocked::Unplanned(s));
-                return;
-            }
-            None => {
-                let Some(wire) = self.wire(table) else {
+            None if !closed && self.provisioning.is_none() => match self.wire(table) {
+                Some(wire) => {
+                    let plan = Arc::new(Plan::identity(&wire.schema));
+                    self.shapes
+                        .plans
+                        .insert(key, Planned::Ready(plan.clone(), wire));
+                    plan
+                }
+                None => {
                     // The core names the unknown table.
-                    let tagged = self.tag(s.batch, s.route, None, RowIds::From(0));
-                    return self.admit(now, tagged, s.token, s.reply);
-                };
-                let plan = Arc::new(Plan::identity(&wire.schema));
-                self.shapes
-                    .plans
-                    .insert(key, Planned::Ready(plan.clone(), wire));
-                plan
+                    let tagged = self.tag(batch, route, None, RowIds::From(0));
+                    return self.admit(now, tagged, token, pending);
+                }
+            },
+            _ => {
+                // Closed: the core refuses it, whatever its schema.
+                let tagged = self.tag(batch, route, None, RowIds::From(0));
+                return self.admit(now, tagged, token, pending);
             }
         };
+        pending.plan = Some(plan.clone());
         let name = self.table_name(table);
         let policy = self
             .definitions
             .get(table.index())
             .map(|d| d.bad_rows)
             .unwrap_or_default();
-        let verdict =
-            rows::judge(&plan, &s.batch, self.max_row_bytes, policy).unwrap_or_else(|e| {
-                // The cast the plan chose failed outright: the service will name it.
-                tracing::error!(table = %name, error = %e, "checking a batch's rows");
-                Verdict::Clean
-            });
-        let origin = (!plan.identity).then(|| Arc::new(Origin::of(s.token.position())));
-        let faults = match verdict {
-            Verdict::Clean => {
-                let tagged = self.tag(s.batch, s.route, origin, RowIds::From(0));
-                return self.admit(now, tagged, s.token, s.reply);
-            }
-            Verdict::Isolate {
-                good,
-                ids,
-                bad,
-                faults,
+        match check::judged(&plan, batch, token, self.max_row_bytes, policy, &name) {
+            Judged::Go {
+                batch,
+                token,
+                origin,
+                rows,
+                isolated,
             } => {
-                self.report.bad_rows(table, bad.num_rows() as u64, true);
-                self.telemetry.bad_rows(table, bad.num_rows() as u64, true);
-                tracing::warn!(
-                    table = %name,
-                    rows = bad.num_rows(),
-                    faults = %boundary::describe(&faults),
-                    "rows isolated before send"
-                );
-                let isolated = IsolatedRows {
-                    position: s.token.position().clone(),
-                    batch: bad,
-                    faults,
-                };
-                // The confirmer first: the token's confirmation comes after.
-                self.confirmer.isolated(&name, isolated);
-                let tagged = self.tag(good, s.route, origin, RowIds::Listed(ids, 0));
-                return self.admit(now, tagged, s.token, s.reply);
+                if let Some(isolated) = isolated {
+                    self.isolated(table, isolated);
+                }
+                let tagged = self.tag(batch, route, origin, rows);
+                self.admit(now, tagged, token, pending);
             }
-            Verdict::Fail(faults) => faults,
-        };
-        let rows = boundary::rows_named(&faults);
-        self.report.bad_rows(table, rows as u64, false);
-        self.telemetry.bad_rows(table, rows as u64, false);
+            Judged::Refused(error) => {
+                self.refused_rows(table, &error);
+                self.refuse(route, pending, error);
+            }
+        }
+    }
+
+    /// Rows isolated from a batch: counted, logged, and given to the confirmer (before the
+    /// batch's token is confirmed).
+    fn isolated(&mut self, table: TableId, rows: IsolatedRows<L>) {
+        let name = self.table_name(table);
+        let n = rows.batch.num_rows() as u64;
+        self.report.bad_rows(table, n, true);
+        self.telemetry.bad_rows(table, n, true);
         tracing::warn!(
             table = %name,
-            rows,
-            faults = %boundary::describe(&faults),
-            "batch refused before send: rows the table would refuse"
+            rows = n,
+            faults = %boundary::describe(&rows.faults),
+            "rows isolated before send"
         );
-        let error = SendError::BadRows {
-            table: name,
-            faults,
-            batch: s.batch,
-            token: s.token,
-        };
-        self.refuse(s.route, s.reply, error);
+        self.confirmer.isolated(&name, rows);
+    }
+
+    /// A batch refused for its rows, counted (the handle's refusals arrive as
+    /// [`Control::BadRows`](crate::command::Control)).
+    pub(super) fn refused_rows(&mut self, table: TableId, error: &SendError<L>) {
+        if let SendError::BadRows { faults, .. } = error {
+            let rows = boundary::rows_named(faults) as u64;
+            self.report.bad_rows(table, rows, false);
+            self.telemetry.bad_rows(table, rows, false);
+        }
     }
 
     fn tag(
@@ -152,17 +182,18 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         }
     }
 
-    /// A send refused before the core: the error goes back to `send`; if nobody waits for it
-    /// any more (the future was dropped), the batch goes to the confirmer's `failed`, so that
-    /// its token is never lost.
-    fn refuse(
-        &mut self,
-        route: Route,
-        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
-        error: SendError<L>,
-    ) {
-        let Err(Err(error)) = reply.send(Err(error)) else {
-            return;
+    /// A batch refused before the core: the error goes back to `send` if it waits; if nobody
+    /// waits for it (the handle handed it over checked, or the future was dropped), the batch
+    /// goes to the confirmer's `failed` and its receipt fails, so that its token is never
+    /// lost.
+    fn refuse(&mut self, route: Route, pending: Pending<L>, error: SendError<L>) {
+        let error = match pending.reply {
+            Some(reply) => match reply.send(Err(error)) {
+                Ok(()) => return,
+                Err(Err(error)) => error,
+                Err(Ok(_)) => return,
+            },
+            None => error,
         };
         let table = route.table();
         let reason = match &error {
@@ -180,35 +211,36 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         if let Some((batch, token)) = error.into_parts() {
             let reason = FailureReason::NotAdmitted { table, reason };
             self.hand_over(table, batch, token, 0, None, &reason);
+            let _ = pending.receipt.send(Err(DeliveryError::Failed {
+                reason,
+                durable_rows: 0,
+            }));
         }
     }
 
     /// Gives a checked batch to the core.
-    fn admit(
-        &mut self,
-        now: Time,
-        tagged: Tagged,
-        token: Token<L>,
-        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
-    ) {
+    fn admit(&mut self, now: Time, tagged: Tagged, token: Token<L>, pending: Pending<L>) {
         let id = tagged.id;
         let route = tagged.route;
         match self.core.submit(now, route, tagged, token) {
-            Ok(Admitted { table, seq }) => {
+            Ok(Admitted { .. }) => {
                 self.telemetry.backpressured = None;
-                let (tx, rx) = oneshot::channel();
-                self.receipts.insert(id, tx);
-                // If the sender has given up waiting, the token still reaches the confirmer.
-                let _ = reply.send(Ok(Receipt::new(table, seq, rx)));
+                self.receipts.insert(id, pending.receipt);
+                if let Some(reply) = pending.reply {
+                    // If the sender has given up waiting, the token still reaches the
+                    // confirmer.
+                    let _ = reply.send(Ok(pending.plan));
+                }
             }
             Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
-                // The backpressure: hold the send (and stop taking submits) until the window
-                // has room. Reports, flushes and closes still get through.
+                // The backpressure: hold the batch (and stop taking hand-offs, so that the
+                // handle's channel fills and `send` waits) until the window has room.
+                // Reports, flushes and closes still get through.
                 self.telemetry.blocked(route.table());
                 self.blocked = Some(Blocked::Full {
                     tagged: rejected.batch,
                     token: rejected.token,
-                    reply,
+                    pending,
                 });
             }
             Err(rejected) => {
@@ -217,7 +249,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     batch: rejected.batch.batch,
                     token: rejected.token,
                 };
-                self.refuse(route, reply, error);
+                self.refuse(route, pending, error);
             }
         }
     }
@@ -228,8 +260,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             Some(Blocked::Full {
                 tagged,
                 token,
-                reply,
-            }) => self.admit(now, tagged, token, reply),
+                pending,
+            }) => self.admit(now, tagged, token, pending),
             None => {}
         }
     }

@@ -28,15 +28,15 @@ mod role;
 use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
 use crate::boundary::{BadRows, ColumnRefusal, Conversions, Plan};
 
-use crate::command::{Control, Submit};
+use crate::command::{Ask, Control, Flags, Handoff, Learned, ReceiptTx};
 use crate::config::ResubmitPolicy;
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
-use crate::error::{DeliveryError, FlushError, SendError};
+use crate::error::{DeliveryError, FlushError};
 use crate::health::{SinkHealth, StreamHealth, TableHealth};
 use crate::outage::Outages;
 use crate::provision::{Answer, Provisioning};
-use crate::receipt::{Delivered, Receipt};
+use crate::receipt::Delivered;
 use crate::report::Report;
 use crate::telemetry::Telemetry;
 
@@ -83,7 +83,9 @@ pub(crate) struct Parts<L: Lane, C, P> {
     pub(crate) confirmer: C,
     pub(crate) shared: Arc<conn::Shared>,
     pub(crate) tables: Vec<Arc<TableWire>>,
-    pub(crate) submits: mpsc::Receiver<Submit<L>>,
+    pub(crate) submits: mpsc::Receiver<Handoff<L>>,
+    /// What the driver tells the handle (tables that failed).
+    pub(crate) flags: Arc<Flags>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) resubmit: ResubmitPolicy,
     /// The catalog, for a sink that provisions its tables.
@@ -127,29 +129,44 @@ struct Shapes {
     registered: HashSet<TableId>,
 }
 
-/// A send the driver holds: its schema's plan is not known yet, or the window is full.
+/// A batch the driver holds: its schema's plan is not known yet, or the window is full.
 enum Blocked<L: Lane> {
-    Unplanned(Submit<L>),
+    Unplanned(Ask<L>),
     Full {
         tagged: Tagged,
         token: Token<L>,
-        reply: oneshot::Sender<Result<Receipt, SendError<L>>>,
+        pending: Pending<L>,
     },
 }
+
+/// Who hears of a batch's admission: its receipt, and the handle if it waits (with the
+/// schema's plan, which the handle applies to the schema's later batches itself).
+struct Pending<L: Lane> {
+    receipt: ReceiptTx,
+    reply: Option<oneshot::Sender<Learned<L>>>,
+    plan: Option<Arc<Plan>>,
+}
+
+/// The most hand-offs the driver takes in one pass of the core.
+const BULK: usize = 64;
 
 pub(crate) struct Driver<L: Lane, C, P> {
     core: SinkCore<L, Tagged>,
     confirmer: C,
     shared: Arc<conn::Shared>,
     tables: Vec<Arc<TableWire>>,
-    submits: mpsc::Receiver<Submit<L>>,
+    submits: mpsc::Receiver<Handoff<L>>,
+    /// The handle has let go of its hand-off channel (dropped, or closing).
+    submits_ended: bool,
     control: mpsc::UnboundedReceiver<Control>,
+    control_ended: bool,
+    flags: Arc<Flags>,
     resubmit: ResubmitPolicy,
     epoch: Instant,
     conns: HashMap<ConnId<L>, conn::Handle>,
     events_tx: mpsc::UnboundedSender<Input<L>>,
     events: mpsc::UnboundedReceiver<Input<L>>,
-    receipts: HashMap<u64, oneshot::Sender<Result<Delivered, DeliveryError>>>,
+    receipts: HashMap<u64, ReceiptTx>,
     /// Each batch sent: its receipt id and the bytes the window counted for it.
     sent: HashMap<(SlotId, LogicalOffset), (u64, u64)>,
     /// Resubmissions so far and rows already durable (prefixes sliced off on earlier
@@ -161,6 +178,10 @@ pub(crate) struct Driver<L: Lane, C, P> {
     blocked: Option<Blocked<L>>,
     flushes: Vec<oneshot::Sender<Result<(), FlushError>>>,
     failed_since_flush: u64,
+    /// A close asked for and not begun (the hand-offs before it are admitted first), with
+    /// its deadline.
+    close_asked: Option<(Time, oneshot::Sender<Report>)>,
+    /// The core is closing.
     closing: Option<oneshot::Sender<Report>>,
     handle_gone: bool,
     outages: Outages,
@@ -196,7 +217,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             shared: parts.shared,
             tables: parts.tables,
             submits: parts.submits,
+            submits_ended: false,
             control: parts.control,
+            control_ended: false,
+            flags: parts.flags,
             resubmit: parts.resubmit,
             epoch: Instant::now(),
             conns: HashMap::new(),
@@ -210,6 +234,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             blocked: None,
             flushes: Vec::new(),
             failed_since_flush: 0,
+            close_asked: None,
             closing: None,
             handle_gone: false,
             outages: Outages::default(),
@@ -249,33 +274,42 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         loop {
             let now = self.now();
             self.retry_blocked(now);
+            self.take_handoffs(now);
+            self.close_when_due(now);
             self.resubmit_due(now);
             self.recheck_due();
             let wake = self.drain(now);
             self.settle_flushes();
-            if (self.closing.is_some() || self.handle_gone) && self.core.is_closed() {
+            let ended = self.closing.is_some() || self.handle_gone;
+            if ended && self.core.is_closed() && self.all_taken() {
                 break;
             }
-            let accepting = self.blocked.is_none() && !self.handle_gone && self.closing.is_none();
+            let accepting = self.blocked.is_none() && !self.submits_ended;
             let wake = wake.map(|t| self.instant(t));
             let again = self.again.keys().next().map(|(at, _)| *at);
-            let at = [wake, again, self.recheck.next].into_iter().flatten().min();
+            let close_by = self.close_asked.as_ref().map(|(by, _)| self.instant(*by));
+            let at = [wake, again, self.recheck.next, close_by]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 Some(input) = self.events.recv() => self.input(input),
                 Some((table, schema, answer)) = self.answers.recv() => {
                     self.answered(table, schema, answer);
                 }
                 Some((table, result)) = self.recheck.rx.recv() => self.rechecked(table, result),
-                control = self.control.recv(), if !self.handle_gone => match control {
+                control = self.control.recv(), if !self.control_ended => match control {
                     Some(c) => self.control(c),
-                    None => self.handle_dropped(),
+                    None => self.control_ended = true,
                 },
-                submit = self.submits.recv(), if accepting => match submit {
-                    Some(s) => {
+                handoff = self.submits.recv(), if accepting => match handoff {
+                    Some(h) => {
                         let now = self.now();
-                        self.submit(now, s);
+                        self.take(now, h);
+                        // And in bulk what the handle queued meanwhile: one pass of the core.
+                        self.take_handoffs(now);
                     }
-                    None => self.handle_dropped(),
+                    None => self.submits_ended(),
                 },
                 () = sleep(at) => {}
             }
@@ -289,6 +323,64 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         }
         if let Some(reply) = self.closing.take() {
             let _ = reply.send(report);
+        }
+    }
+
+    /// Whether every batch the handle handed over has reached the core (or been refused).
+    fn all_taken(&self) -> bool {
+        self.submits_ended && self.blocked.is_none()
+    }
+
+    /// Gives the core what the handle has handed over, in order, until a window is full (the
+    /// rest stays in the channel, whose capacity is the handle's backpressure), at most
+    /// [`BULK`] at a time.
+    fn take_handoffs(&mut self, now: Time) {
+        for _ in 0..BULK {
+            if self.blocked.is_some() || self.submits_ended {
+                return;
+            }
+            match self.submits.try_recv() {
+                Ok(handoff) => self.take(now, handoff),
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => return self.submits_ended(),
+            }
+        }
+    }
+
+    /// A close begins once everything handed over before it has reached the core, or at its
+    /// deadline: then what is still held is refused as closed (to the confirmer's `failed`).
+    fn close_when_due(&mut self, now: Time) {
+        let due = match &self.close_asked {
+            Some((by, _)) => self.all_taken() || now >= *by,
+            None => false,
+        };
+        if !due {
+            return;
+        }
+        if let Some((by, reply)) = self.close_asked.take() {
+            self.core.close(now, by.max(now));
+            self.closing = Some(reply);
+            // What waits for room will not get it: refused as closed, and the batches
+            // waiting for resubmission are handed back.
+            self.retry_blocked(now);
+            self.take_handoffs(now);
+            self.fail_resubmissions();
+        }
+    }
+
+    /// The handle let go of its hand-off channel: `close` (which asked first, on the control
+    /// channel) or a drop.
+    fn submits_ended(&mut self) {
+        self.submits_ended = true;
+        if self.close_asked.is_some() || self.closing.is_some() {
+            return;
+        }
+        // A close's request is already on the control channel: read what is there.
+        while let Ok(c) = self.control.try_recv() {
+            self.control(c);
+        }
+        if self.close_asked.is_none() && self.closing.is_none() {
+            self.handle_dropped();
         }
     }
 
@@ -335,13 +427,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             Control::Health(reply) => {
                 let _ = reply.send(self.health());
             }
+            Control::BadRows { table, rows } => {
+                self.report.bad_rows(table, rows, false);
+                self.telemetry.bad_rows(table, rows, false);
+            }
             Control::Close { within, reply } => {
-                self.core.close(now, now + within);
-                self.closing = Some(reply);
-                // A send waiting for room will not get it: it is refused as closed, and the
-                // batches waiting for resubmission are handed back.
-                self.retry_blocked(now);
-                self.fail_resubmissions();
+                if self.closing.is_none() && self.close_asked.is_none() {
+                    self.close_asked = Some((now + within, reply));
+                }
             }
         }
     }
@@ -408,8 +501,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     }
 
     fn settle_flushes(&mut self) {
+        // A flush follows the sends it waits for, which may still be in the channel.
         if self.receipts.is_empty()
             && self.blocked.is_none()
+            && self.submits.is_empty()
             && self.again.is_empty()
             && !self.flushes.is_empty()
         {
@@ -471,7 +566,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         SinkHealth {
             lane: L::NAME,
             uptime: self.epoch.elapsed(),
-            closing: self.closing.is_some() || self.handle_gone,
+            closing: self.closing.is_some() || self.close_asked.is_some() || self.handle_gone,
             open_streams: self.core.open_streams(),
             waiting_to_resubmit: self.again.len(),
             tables,
@@ -626,6 +721,11 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     /// of attempts) go to the confirmer.
     fn failed(&mut self, failed: zerobus_sink::Failed<L, Tagged>) {
         let name = self.table_name(failed.table);
+        if self.core.table_failed(failed.table) {
+            // Before the confirmer hears: the handle's next batch for it asks, and `send`
+            // returns the refusal.
+            self.flags.fail(failed.table);
+        }
         let retry = Self::transient(&failed.reason);
         tracing::warn!(
             table = %name,
