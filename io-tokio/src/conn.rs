@@ -250,7 +250,6 @@ async fn run<L: Lane>(
         Err(status) => return failed(status_error(&status)),
     };
     let mut requests = Some(requests);
-    let mut context = arrow_ipc::writer::IpcWriteContext::default();
     loop {
         tokio::select! {
             message = responses.message() => match message {
@@ -263,7 +262,7 @@ async fn run<L: Lane>(
             },
             command = commands.recv(), if requests.is_some() => match command {
                 Some(Command::Send { batch, wire_offset }) => {
-                    match wire::batch_message(&batch, wire_offset, &shared.options, &mut context) {
+                    match wire::encode_batch(&batch, wire_offset, &shared.options) {
                         Ok(data) => {
                             if let Some(r) = &requests {
                                 let _ = r.unbounded_send(data);
