@@ -21,6 +21,7 @@ use tracing::Instrument;
 use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
 use crate::auth::TokenSource;
+use crate::encode::Encoder;
 use crate::proxy::Proxy;
 use crate::wire;
 
@@ -250,7 +251,18 @@ async fn run<L: Lane>(
         Err(status) => return failed(status_error(&status)),
     };
     let mut requests = Some(requests);
+    let mut encoder = Encoder::new(shared.options.clone());
+    let mut half_close = false;
     loop {
+        while let Some(data) = encoder.ready() {
+            if let Some(r) = &requests {
+                let _ = r.unbounded_send(data);
+            }
+        }
+        if half_close && encoder.is_empty() && requests.is_some() {
+            tracing::debug!("half-closing");
+            requests = None;
+        }
         tokio::select! {
             message = responses.message() => match message {
                 Ok(Some(result)) => report(match wire::parse(&result) {
@@ -260,23 +272,19 @@ async fn run<L: Lane>(
                 Ok(None) => return Input::Closed { conn },
                 Err(status) => return failed(status_error(&status)),
             },
-            command = commands.recv(), if requests.is_some() => match command {
+            encoded = encoder.finish_next(), if encoder.waiting() => {
+                if let Err(e) = encoded {
+                    return failed(transport(e.to_string()));
+                }
+            }
+            command = commands.recv(), if requests.is_some() && !half_close => match command {
                 Some(Command::Send { batch, wire_offset }) => {
-                    match wire::encode_batch(&batch, wire_offset, &shared.options) {
-                        Ok(data) => {
-                            if let Some(r) = &requests {
-                                let _ = r.unbounded_send(data);
-                            }
-                        }
-                        Err(e) => {
-                            return failed(transport(format!("encoding wire offset {wire_offset}: {e}")));
-                        }
+                    if let Err(e) = encoder.push(batch, wire_offset) {
+                        return failed(transport(e.to_string()));
                     }
                 }
-                Some(Command::HalfClose) => {
-                    tracing::debug!("half-closing");
-                    requests = None;
-                }
+                // Once every message taken has been sent (above).
+                Some(Command::HalfClose) => half_close = true,
                 // The driver is gone: nothing will read what this connection reports.
                 None => return failed(transport("the driver stopped")),
             },

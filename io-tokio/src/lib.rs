@@ -92,6 +92,7 @@ mod config;
 mod confirmer;
 mod conn;
 mod driver;
+mod encode;
 mod error;
 pub mod health;
 mod observer;

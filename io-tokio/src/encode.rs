@@ -1,0 +1,227 @@
+//! One stream's encoder: a large batch is encoded on another worker thread (several at once,
+//! up to the runtime's workers), a small one in the connection's own task, and every message
+//! leaves in wire order. A stream whose batches are large is CPU-bound by compression (zstd
+//! is most of a client's CPU); encoding them one after another in the connection's task
+//! would hold the stream to one core however many the runtime has.
+
+use std::collections::VecDeque;
+
+use arrow_array::RecordBatch;
+use arrow_flight::FlightData;
+use arrow_ipc::writer::IpcWriteOptions;
+use tokio::task::JoinHandle;
+use zerobus_sink::Batch;
+
+use crate::wire;
+
+/// Batches of at least this many bytes of Arrow data are encoded on another worker thread:
+/// well above the cost of a task (a few µs against ~2 ms of zstd for 1 MiB).
+pub(crate) const PARALLEL_BYTES: u64 = 256 * 1024;
+
+/// The encoder of one stream. See the module docs.
+pub(crate) struct Encoder {
+    options: IpcWriteOptions,
+    /// Messages in wire order, encoded or being encoded.
+    queue: VecDeque<Message>,
+    /// Encodings running on other threads.
+    running: usize,
+    /// The most that may run at once: the runtime's workers (1 on a current-thread runtime,
+    /// where nothing runs elsewhere).
+    most: usize,
+}
+
+enum Message {
+    Ready(FlightData),
+    Encoding {
+        wire_offset: u64,
+        job: JoinHandle<Result<FlightData, arrow_schema::ArrowError>>,
+    },
+}
+
+/// An encoding that failed, naming the message's wire offset.
+#[derive(Debug, thiserror::Error)]
+#[error("encoding wire offset {wire_offset}: {reason}")]
+pub(crate) struct EncodeError {
+    pub(crate) wire_offset: u64,
+    pub(crate) reason: String,
+}
+
+impl Encoder {
+    pub(crate) fn new(options: IpcWriteOptions) -> Encoder {
+        let most = tokio::runtime::Handle::try_current()
+            .map_or(1, |h| h.metrics().num_workers())
+            .max(1);
+        Encoder {
+            options,
+            queue: VecDeque::new(),
+            running: 0,
+            most,
+        }
+    }
+
+    /// Takes the batch for wire message `wire_offset` (offsets arrive in order).
+    pub(crate) fn push(&mut self, batch: RecordBatch, wire_offset: u64) -> Result<(), EncodeError> {
+        if self.most > 1 && self.running < self.most && Batch::bytes(&batch) >= PARALLEL_BYTES {
+            let options = self.options.clone();
+            let job =
+                tokio::spawn(async move { wire::encode_batch(&batch, wire_offset, &options) });
+            self.running += 1;
+            self.queue.push_back(Message::Encoding { wire_offset, job });
+            return Ok(());
+        }
+        let data =
+            wire::encode_batch(&batch, wire_offset, &self.options).map_err(|e| EncodeError {
+                wire_offset,
+                reason: e.to_string(),
+            })?;
+        self.queue.push_back(Message::Ready(data));
+        Ok(())
+    }
+
+    /// The next message to send, if it is encoded (and every one before it was taken).
+    pub(crate) fn ready(&mut self) -> Option<FlightData> {
+        match self.queue.front() {
+            Some(Message::Ready(_)) => match self.queue.pop_front() {
+                Some(Message::Ready(data)) => Some(data),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether the next message is being encoded elsewhere ([`Self::finish_next`] waits for it).
+    pub(crate) fn waiting(&self) -> bool {
+        matches!(self.queue.front(), Some(Message::Encoding { .. }))
+    }
+
+    /// Whether every message taken was sent.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Waits for the next message's encoding. Cancel-safe: the job keeps running and is
+    /// waited for again.
+    pub(crate) async fn finish_next(&mut self) -> Result<(), EncodeError> {
+        let Some(front) = self.queue.front_mut() else {
+            return Ok(());
+        };
+        let Message::Encoding { wire_offset, job } = front else {
+            return Ok(());
+        };
+        let wire_offset = *wire_offset;
+        let done = job.await;
+        self.running -= 1;
+        let failed = |reason: String| EncodeError {
+            wire_offset,
+            reason,
+        };
+        *front = match done {
+            Ok(Ok(data)) => Message::Ready(data),
+            Ok(Err(e)) => return Err(failed(e.to_string())),
+            Err(e) => return Err(failed(format!("the encoding task ended: {e}"))),
+        };
+        Ok(())
+    }
+}
+
+impl Drop for Encoder {
+    fn drop(&mut self) {
+        for message in &self.queue {
+            if let Message::Encoding { job, .. } = message {
+                job.abort();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(rows: usize, seed: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("text", DataType::Utf8, false),
+        ]));
+        let ids = Int64Array::from_iter_values((0..rows).map(|i| (i * seed) as i64));
+        let text = StringArray::from_iter_values((0..rows).map(|i| format!("row {i} of {seed}")));
+        RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(text)]).unwrap()
+    }
+
+    fn offset_of(data: &FlightData) -> u64 {
+        let meta: serde_json::Value = serde_json::from_slice(&data.app_metadata).unwrap();
+        meta["offset_id"].as_u64().unwrap()
+    }
+
+    /// Drains the encoder as the connection does: in order, waiting for what runs elsewhere.
+    async fn drain(encoder: &mut Encoder, sent: &mut Vec<FlightData>) {
+        loop {
+            while let Some(data) = encoder.ready() {
+                sent.push(data);
+            }
+            if !encoder.waiting() {
+                return;
+            }
+            encoder.finish_next().await.unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_and_small_batches_leave_in_wire_order_with_the_bytes_of_an_inline_encoding() {
+        let options = wire::write_options(wire::Compression::Zstd).unwrap();
+        let mut encoder = Encoder::new(options.clone());
+        assert_eq!(encoder.most, 2);
+        let batches: Vec<_> = (0..12)
+            .map(|i| batch(if i % 3 == 0 { 10 } else { 40_000 }, i + 1))
+            .collect();
+        let large = batches
+            .iter()
+            .filter(|b| Batch::bytes(*b) >= PARALLEL_BYTES)
+            .count();
+        assert_eq!(large, 8, "the schedule mixes large and small batches");
+        let mut sent = Vec::new();
+        let mut at_once = 0;
+        for (offset, b) in batches.iter().enumerate() {
+            encoder.push(b.clone(), offset as u64).unwrap();
+            at_once = at_once.max(encoder.running);
+            // Drain every third push only: several encodings run at once meanwhile.
+            if offset % 3 == 2 {
+                drain(&mut encoder, &mut sent).await;
+            }
+        }
+        drain(&mut encoder, &mut sent).await;
+        assert!(encoder.is_empty());
+        assert_eq!(
+            at_once, 2,
+            "two large batches were encoded elsewhere at once"
+        );
+        let offsets: Vec<u64> = sent.iter().map(offset_of).collect();
+        assert_eq!(offsets, (0..12).collect::<Vec<u64>>());
+        for (offset, (data, b)) in sent.iter().zip(&batches).enumerate() {
+            let inline = wire::batch_message(
+                b,
+                offset as u64,
+                &options,
+                &mut arrow_ipc::writer::IpcWriteContext::default(),
+            )
+            .unwrap();
+            assert_eq!(data.data_header, inline.data_header, "offset {offset}");
+            assert_eq!(data.data_body, inline.data_body, "offset {offset}");
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn on_a_current_thread_runtime_every_batch_is_encoded_inline() {
+        let options = wire::write_options(wire::Compression::Zstd).unwrap();
+        let mut encoder = Encoder::new(options);
+        encoder.push(batch(40_000, 1), 0).unwrap();
+        assert!(!encoder.waiting());
+        assert_eq!(encoder.ready().map(|d| offset_of(&d)), Some(0));
+        assert!(encoder.is_empty());
+    }
+}
