@@ -2,8 +2,10 @@
 //! option ([`EmulatorConfig::stream_limits`](super::EmulatorConfig::stream_limits)), so that a
 //! benchmark against it reflects the service rather than a loopback with no ceiling.
 //!
-//! Throughput: a stream's acks are held until its cumulative rows and bytes fit the rate over
-//! the time since READY (no burst beyond that). Unacked rows: the emulator stops reading a
+//! Throughput: a stream's acks are held to both rates by a token bucket ([`Pace`]) that holds
+//! at most [`StreamLimits::burst`] of credit: a stream that sat idle may then go faster only
+//! for that long. (A first version gave credit for all the time since READY, so a client whose
+//! streams waited longer before a benchmark's timer started was let through faster.) Unacked rows: the emulator stops reading a
 //! stream's messages while that many rows are read and not yet acked, so HTTP/2 flow control
 //! pushes back on the client, as a service that buffers a bounded amount would.
 
@@ -19,6 +21,9 @@ pub struct StreamLimits {
     pub rows_per_sec: u64,
     /// Rows read and not yet acked, at most (`None`: the docs give no figure).
     pub max_unacked_rows: Option<u64>,
+    /// The most credit an idle stream keeps (the docs give no figure; 100 ms, an ack group's
+    /// worth).
+    pub burst: Duration,
 }
 
 impl StreamLimits {
@@ -30,6 +35,7 @@ impl StreamLimits {
             bytes_per_sec: 100_000_000,
             rows_per_sec: 15_000,
             max_unacked_rows: None,
+            burst: Duration::from_millis(100),
         }
     }
 
@@ -60,16 +66,45 @@ impl StreamLimits {
         }
     }
 
-    /// How long an ack of `rows` and `bytes` in all (since READY) must wait, `elapsed` after
-    /// READY, to keep within both rates.
+    /// These limits with at most `burst` of credit.
     #[must_use]
-    pub fn hold(&self, rows: u64, bytes: u64, elapsed: Duration) -> Duration {
+    pub const fn burst(self, burst: Duration) -> StreamLimits {
+        StreamLimits { burst, ..self }
+    }
+
+    /// The time `rows` and `bytes` take at the slower of the two rates.
+    fn cost(&self, rows: u64, bytes: u64) -> Duration {
         let at = |amount: u64, per_sec: u64| {
             Duration::from_secs_f64(amount as f64 / per_sec.max(1) as f64)
         };
-        at(rows, self.rows_per_sec)
-            .max(at(bytes, self.bytes_per_sec))
-            .saturating_sub(elapsed)
+        at(rows, self.rows_per_sec).max(at(bytes, self.bytes_per_sec))
+    }
+}
+
+/// One stream's pace under [`StreamLimits`]: a token bucket, kept as the time (since READY) by
+/// which everything acked so far is paid for at the rates.
+#[derive(Debug, Clone)]
+pub struct Pace {
+    limits: StreamLimits,
+    paid_by: Duration,
+}
+
+impl Pace {
+    /// A stream made READY now.
+    #[must_use]
+    pub fn new(limits: StreamLimits) -> Pace {
+        Pace {
+            limits,
+            paid_by: Duration::ZERO,
+        }
+    }
+
+    /// How long an ack of `rows` and `bytes` more must wait, `elapsed` after READY. Credit
+    /// for idle time is kept up to the burst.
+    pub fn hold(&mut self, rows: u64, bytes: u64, elapsed: Duration) -> Duration {
+        let from = self.paid_by.max(elapsed.saturating_sub(self.limits.burst));
+        self.paid_by = from + self.limits.cost(rows, bytes);
+        self.paid_by.saturating_sub(elapsed)
     }
 }
 
@@ -79,25 +114,37 @@ mod tests {
 
     #[test]
     fn an_ack_waits_for_the_slower_of_the_two_rates() {
-        let l = StreamLimits::documented();
+        let l = StreamLimits::documented().burst(Duration::ZERO);
         // 30,000 rows are 2 s at 15,000 rows/s; 1 MB is 10 ms at 100 MB/s.
         assert_eq!(
-            l.hold(30_000, 1_000_000, Duration::ZERO),
+            Pace::new(l).hold(30_000, 1_000_000, Duration::ZERO),
             Duration::from_secs(2)
-        );
-        assert_eq!(
-            l.hold(30_000, 1_000_000, Duration::from_millis(500)),
-            Duration::from_millis(1500)
         );
         // 1 GB is 10 s at 100 MB/s, whatever the rows.
         assert_eq!(
-            l.hold(10, 1_000_000_000, Duration::from_secs(4)),
-            Duration::from_secs(6)
+            Pace::new(l).hold(10, 1_000_000_000, Duration::ZERO),
+            Duration::from_secs(10)
         );
-        assert_eq!(l.hold(15_000, 0, Duration::from_secs(2)), Duration::ZERO);
         assert_eq!(
-            StreamLimits::quotas().hold(100_000, 0, Duration::ZERO),
-            Duration::from_secs(1)
+            Pace::new(StreamLimits::quotas()).hold(100_000, 0, Duration::from_millis(100)),
+            Duration::from_secs(1) - Duration::from_millis(100),
+            "the first ack may use the burst's credit from READY on"
         );
+    }
+
+    #[test]
+    fn steady_acks_are_held_to_the_rate_and_idle_time_earns_at_most_the_burst() {
+        let l = StreamLimits::quotas(); // 100,000 rows/s, 100 ms of burst.
+        let mut pace = Pace::new(l);
+        // 10,000 rows every 50 ms asks for twice the rate: each ack is held a further 50 ms.
+        let holds: Vec<_> = (0..4)
+            .map(|i| pace.hold(10_000, 0, Duration::from_millis(50 * i)))
+            .collect();
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(holds, [ms(100), ms(150), ms(200), ms(250)]);
+        // Ten seconds idle: the credit is the burst, not ten seconds' worth.
+        let later = Duration::from_secs(10);
+        assert_eq!(pace.hold(10_000, 0, later), Duration::ZERO);
+        assert_eq!(pace.hold(10_000, 0, later), ms(100));
     }
 }

@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 
 use materializer::Materializer;
 
-pub use limits::StreamLimits;
+pub use limits::{Pace, StreamLimits};
 pub use tonic::Code;
 
 /// How the emulator behaves.

@@ -13,6 +13,7 @@ use futures::stream::Empty as Nothing;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::limits::Pace;
 use super::socket::KillSwitch;
 use super::wal::Wal;
 use super::{Fault, Shared, delta, frame};
@@ -408,7 +409,7 @@ impl Connection {
         let latency = self.shared.config.ack_latency;
         let limits = self.shared.config.stream_limits;
         let ready_at = tokio::time::Instant::now();
-        let mut bytes = 0u64;
+        let mut pace = limits.map(Pace::new);
         let max_group = match self.shared.config.max_messages_per_ack {
             0 => usize::MAX,
             n => n,
@@ -457,7 +458,6 @@ impl Connection {
             let mut batches = Vec::with_capacity(group.len());
             let (mut group_rows, mut group_permits) = (0u64, 0u32);
             for m in group {
-                bytes += frame_bytes(&m.data);
                 frames.push(m.data);
                 batches.push(m.batch);
                 rows += m.rows;
@@ -501,8 +501,8 @@ impl Connection {
                 }
                 _ => {}
             }
-            if let Some(limits) = limits {
-                let hold = limits.hold(rows, bytes, ready_at.elapsed());
+            if let Some(pace) = &mut pace {
+                let hold = pace.hold(group_rows, group_bytes, ready_at.elapsed());
                 if !hold.is_zero() {
                     self.shared.lock().stats.throttled_acks += 1;
                     tokio::time::sleep(hold).await;
