@@ -232,6 +232,30 @@ async fn every_mismatch_kind_under_both_policies_lands_or_is_handed_back_and_not
         };
         from_send.push(outcome);
     }
+    // Each refused batch once more: the handle now knows the schema's plan (or its refusal)
+    // and decides without the driver; the outcome must be the same, word for word.
+    let mut refused_again = 0;
+    for ((kind, policy, table), first) in cells.iter().zip(&from_send) {
+        let Some((outcome, rows, words)) = first else {
+            continue;
+        };
+        let id = sink.table(table).unwrap();
+        let token = Token::raw(format!("{kind:?}"), 0, ROWS - 1);
+        let again = match sink.send(id, batch(*kind), token).await {
+            Err(SendError::Unreconcilable { columns, batch, .. }) => {
+                let words: Vec<String> = columns.iter().map(ToString::to_string).collect();
+                (Outcome::Unreconcilable, batch.num_rows(), words)
+            }
+            Err(SendError::BadRows { faults, batch, .. }) => {
+                refused_again += 1;
+                let words: Vec<String> = faults.iter().map(ToString::to_string).collect();
+                (Outcome::BadRows, batch.num_rows(), words)
+            }
+            other => panic!("{table} ({kind:?}, {policy:?}) the second time: {other:?}"),
+        };
+        assert_eq!(&again, &(*outcome, *rows, words.clone()), "{table}");
+    }
+    assert!(refused_again > 0, "the handle refused bad rows itself");
     sink.flush().await.unwrap();
     let report = sink.close(Duration::from_secs(10)).await;
     assert!(
@@ -291,8 +315,9 @@ async fn every_mismatch_kind_under_both_policies_lands_or_is_handed_back_and_not
     );
     let bad: u64 = report.tables.iter().map(|t| t.bad_rows).sum();
     assert_eq!(
-        bad, 6,
-        "one bad row in each of 3 kinds x 2 policies: {report}"
+        bad,
+        6 + refused_again,
+        "one bad row in each of 3 kinds x 2 policies, and in each batch refused again: {report}"
     );
     let isolated: u64 = report.tables.iter().map(|t| t.isolated_rows).sum();
     assert_eq!(

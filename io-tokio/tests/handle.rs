@@ -1,5 +1,6 @@
 //! The handle under pressure: `send` futures dropped at each point of their life, a report and a
-//! close while a send waits for room, an endpoint without a scheme, and what an outage logs.
+//! close while a send waits for room, a handle dropped with batches handed over, an endpoint
+//! without a scheme, and what an outage logs.
 
 mod common;
 
@@ -229,4 +230,93 @@ fn config_for_budget() -> SinkConfig {
     core.min_residency = Duration::from_millis(20);
     core.retry.max_attempts = 2;
     core
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_dropped_right_after_its_sends_still_lands_every_batch_it_handed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(50))).await;
+    let recorder = Recorder::default();
+    let mut sink =
+        ZerobusSink::<Raw>::start(config(&emu), vec![table(1)], recorder.clone()).unwrap();
+    let id = sink.table(TABLE).unwrap();
+    // Sends return once their batch is handed over; most are still in the channel or the
+    // driver when the handle goes.
+    let mut receipts = Vec::new();
+    for b in 0..40i64 {
+        let token = Token::raw("o", 0, b * 10 + 9);
+        receipts.push(sink.send(id, orders(b * 10, 10), token).await.unwrap());
+    }
+    drop(sink);
+    for (b, receipt) in receipts.into_iter().enumerate() {
+        let delivered = receipt.await.unwrap_or_else(|e| panic!("batch {b}: {e}"));
+        assert_eq!(delivered.rows, 10);
+    }
+    let expected: Vec<i64> = (0..40).map(|b| b * 10 + 9).collect();
+    assert_eq!(recorder.seen().committed, expected);
+    let logged: u64 = emu.batches(TABLE).iter().map(|b| b.num_rows() as u64).sum();
+    assert_eq!(logged, 400);
+}
+
+/// Orders `0 .. 10` whose row 3 has a 1,000-byte customer.
+fn with_a_large_row() -> arrow_array::RecordBatch {
+    let customers = arrow_array::StringArray::from_iter_values((0..10).map(|i| {
+        if i == 3 {
+            "x".repeat(1_000)
+        } else {
+            format!("c-{i}")
+        }
+    }));
+    let mut columns = orders(0, 10).columns().to_vec();
+    columns[1] = std::sync::Arc::new(customers);
+    arrow_array::RecordBatch::try_new(common::schema(), columns).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_a_schema_is_known_its_oversized_rows_are_isolated_on_the_handle() {
+    const ISOLATING: &str = "main.bronze.orders_isolating";
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c).await;
+    let recorder = Recorder::default();
+    // A row too large for a message cannot be sent under either policy: it is isolated under
+    // both (the batch's other rows are not at fault).
+    let defs = vec![
+        table(1),
+        zerobus_sink_tokio::TableDef::new(ISOLATING, common::schema())
+            .streams(1)
+            .bad_rows(zerobus_sink_tokio::BadRows::Isolate),
+    ];
+    let cfg = config(&emu).max_row_bytes(200);
+    let mut sink = ZerobusSink::<Raw>::start(cfg, defs, recorder.clone()).unwrap();
+    let ids = [sink.table(TABLE).unwrap(), sink.table(ISOLATING).unwrap()];
+    // A clean first batch each: the driver plans the schema and the handle keeps the plan.
+    for id in ids {
+        let receipt = sink.send(id, orders(0, 10), Token::raw("o", 0, 9)).await;
+        receipt.unwrap().await.unwrap();
+    }
+    // The next batches are checked on the handle; the isolated row reaches the confirmer
+    // before the good rows are confirmed.
+    for id in ids {
+        let token = Token::raw("o", 0, 19);
+        let receipt = sink.send(id, with_a_large_row(), token).await.unwrap();
+        assert_eq!(receipt.await.unwrap().rows, 9);
+    }
+    sink.flush().await.unwrap();
+    let report = sink.close(Duration::from_secs(5)).await;
+    let isolated = recorder.seen().isolated.clone();
+    let seen: Vec<_> = isolated
+        .iter()
+        .map(|(table, position, rows, faults)| {
+            assert!(faults[0].starts_with("row 3"), "{faults:?}");
+            (table.as_str(), *position, rows.num_rows())
+        })
+        .collect();
+    assert_eq!(seen, [(TABLE, 19, 1), (ISOLATING, 19, 1)]);
+    // Counted, though the handle found them.
+    let bad: Vec<_> = report
+        .tables
+        .iter()
+        .map(|t| (t.bad_rows, t.isolated_rows))
+        .collect();
+    assert_eq!(bad, [(1, 1), (1, 1)], "{report}");
 }
