@@ -5,6 +5,7 @@
 //! would hold the stream to one core however many the runtime has.
 
 use std::collections::VecDeque;
+use std::future::Future;
 
 use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
@@ -101,15 +102,27 @@ impl Encoder {
 
     /// Waits for the next message's encoding. Cancel-safe: the job keeps running and is
     /// waited for again.
+    #[cfg(test)]
     pub(crate) async fn finish_next(&mut self) -> Result<(), EncodeError> {
+        std::future::poll_fn(|cx| self.poll_finish_next(cx)).await
+    }
+
+    /// Polls the next message's encoding (ready at once if it is not encoding elsewhere).
+    pub(crate) fn poll_finish_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), EncodeError>> {
+        use std::task::Poll;
         let Some(front) = self.queue.front_mut() else {
-            return Ok(());
+            return Poll::Ready(Ok(()));
         };
         let Message::Encoding { wire_offset, job } = front else {
-            return Ok(());
+            return Poll::Ready(Ok(()));
         };
         let wire_offset = *wire_offset;
-        let done = job.await;
+        let Poll::Ready(done) = std::pin::Pin::new(job).poll(cx) else {
+            return Poll::Pending;
+        };
         self.running -= 1;
         let failed = |reason: String| EncodeError {
             wire_offset,
@@ -117,10 +130,10 @@ impl Encoder {
         };
         *front = match done {
             Ok(Ok(data)) => Message::Ready(data),
-            Ok(Err(e)) => return Err(failed(e.to_string())),
-            Err(e) => return Err(failed(format!("the encoding task ended: {e}"))),
+            Ok(Err(e)) => return Poll::Ready(Err(failed(e.to_string()))),
+            Err(e) => return Poll::Ready(Err(failed(format!("the encoding task ended: {e}")))),
         };
-        Ok(())
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -1,20 +1,18 @@
 //! One connection: one `DoPut` on its own HTTP/2 connection (as the official client does by
 //! default), run as its own task. It connects, presents the headers, sends the schema, turns
 //! every `PutResult` into an [`Input::Result`] (or [`Input::Unreadable`]), the end of the call
-//! into [`Input::Closed`] or [`Input::Failed`], and encodes and sends the messages the driver
-//! hands it. It decides nothing: what a response means (READY first, acks, rotations), what to
+//! into [`Input::Closed`] or [`Input::Failed`]; the messages the driver hands it are encoded
+//! and sent by the call's request body ([`body`]). It decides nothing: what a response means (READY first, acks, rotations), what to
 //! send, when to give up and when to close are the core's decisions.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_flight::FlightData;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::SchemaRef;
-use futures::channel::mpsc as fmpsc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::Instrument;
@@ -22,8 +20,11 @@ use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
 use crate::auth::TokenSource;
 use crate::encode::Encoder;
+
+mod body;
 use crate::proxy::Proxy;
 use crate::wire;
+use body::Body;
 
 /// What a connection needs to know, shared by every connection of a table.
 #[derive(Debug)]
@@ -202,7 +203,7 @@ async fn run<L: Lane>(
     shared: &Shared,
     table: &TableWire,
     conn: ConnId<L>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
+    commands: mpsc::UnboundedReceiver<Command>,
     report: &impl Fn(Input<L>),
 ) -> Input<L> {
     let failed = |error: StreamError| Input::Failed { conn, error };
@@ -219,9 +220,14 @@ async fn run<L: Lane>(
         Ok(c) => c,
         Err(e) => return failed(e),
     };
-    let (requests, request_stream) = fmpsc::unbounded::<FlightData>();
-    let _ = requests.unbounded_send(wire::schema_message(&table.schema, &shared.options));
-    let mut request = tonic::Request::new(request_stream);
+    let (failure, mut failed_encoding) = oneshot::channel();
+    let body = Body::new(
+        wire::schema_message(&table.schema, &shared.options),
+        commands,
+        Encoder::new(shared.options.clone()),
+        failure,
+    );
+    let mut request = tonic::Request::new(body);
     let md = request.metadata_mut();
     match MetadataValue::try_from(table.name.as_str()) {
         Ok(v) => {
@@ -250,19 +256,8 @@ async fn run<L: Lane>(
         Ok(r) => r.into_inner(),
         Err(status) => return failed(status_error(&status)),
     };
-    let mut requests = Some(requests);
-    let mut encoder = Encoder::new(shared.options.clone());
-    let mut half_close = false;
+    let mut encoding = true;
     loop {
-        while let Some(data) = encoder.ready() {
-            if let Some(r) = &requests {
-                let _ = r.unbounded_send(data);
-            }
-        }
-        if half_close && encoder.is_empty() && requests.is_some() {
-            tracing::debug!("half-closing");
-            requests = None;
-        }
         tokio::select! {
             message = responses.message() => match message {
                 Ok(Some(result)) => report(match wire::parse(&result) {
@@ -272,21 +267,11 @@ async fn run<L: Lane>(
                 Ok(None) => return Input::Closed { conn },
                 Err(status) => return failed(status_error(&status)),
             },
-            encoded = encoder.finish_next(), if encoder.waiting() => {
-                if let Err(e) = encoded {
-                    return failed(transport(e.to_string()));
-                }
-            }
-            command = commands.recv(), if requests.is_some() && !half_close => match command {
-                Some(Command::Send { batch, wire_offset }) => {
-                    if let Err(e) = encoder.push(batch, wire_offset) {
-                        return failed(transport(e.to_string()));
-                    }
-                }
-                // Once every message taken has been sent (above).
-                Some(Command::HalfClose) => half_close = true,
-                // The driver is gone: nothing will read what this connection reports.
-                None => return failed(transport("the driver stopped")),
+            // The body reports an encoding that failed (and ends); it drops the sender when it
+            // ends otherwise.
+            failure = &mut failed_encoding, if encoding => match failure {
+                Ok(e) => return failed(transport(e.to_string())),
+                Err(_) => encoding = false,
             },
         }
     }
