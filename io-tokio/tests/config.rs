@@ -54,6 +54,7 @@ fn every_documented_key_reaches_the_sink() {
     assert_eq!(c.core.max_open_streams, 64);
     assert_eq!(c.core.max_message_bytes, 2_097_152);
     assert_eq!(c.max_row_bytes, 10_420_224);
+    assert_eq!(c.handoffs, 64);
     assert_eq!(
         c.tls_ca_pem.as_deref(),
         Some(&b"-----BEGIN CERTIFICATE-----\n"[..])
@@ -209,6 +210,7 @@ fn every_refusal_names_its_key_and_reason() {
             "sink.max_open_streams",
             "at least 1",
         ),
+        ("handoffs = 0\n", "sink.handoffs", "at least 1"),
         (
             "[timeouts]\nack = \"0s\"\n",
             "timeouts.ack",

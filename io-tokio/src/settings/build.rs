@@ -74,6 +74,12 @@ pub(super) fn check(file: &File) -> Result<(), ConfigFileError> {
         ));
     }
     proxy_of(&file.sink)?;
+    if file.sink.handoffs == Some(0) {
+        return Err(ConfigFileError::invalid(
+            "sink.handoffs",
+            "must be at least 1",
+        ));
+    }
     core(file).validate().map_err(|e| core_error(&e))?;
     let mut names = HashSet::new();
     for (i, t) in file.tables.iter().enumerate() {
@@ -244,6 +250,9 @@ pub(super) fn config(
     c.application_name.clone_from(&s.application_name);
     if let Some(bytes) = s.max_row_bytes {
         c.max_row_bytes = bytes;
+    }
+    if let Some(batches) = s.handoffs {
+        c.handoffs = batches;
     }
     if let Some(every) = s.primary_raw_recheck {
         c.primary_raw_recheck = every;

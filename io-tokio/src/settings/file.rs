@@ -43,6 +43,8 @@ pub(crate) struct SinkSection {
     pub(crate) max_open_streams: Option<u16>,
     pub(crate) max_message_bytes: Option<u64>,
     pub(crate) max_row_bytes: Option<u64>,
+    /// Batches `send` may hand over beyond the windows.
+    pub(crate) handoffs: Option<usize>,
     pub(crate) tls_ca_file: Option<PathBuf>,
     /// Trust the platform's root certificates too (default true).
     pub(crate) native_roots: Option<bool>,
