@@ -90,7 +90,8 @@ impl Encoder {
         }
     }
 
-    /// Whether the next message is being encoded elsewhere ([`Self::finish_next`] waits for it).
+    /// Whether the next message is being encoded elsewhere ([`Self::poll_finish_next`] waits
+    /// for it).
     pub(crate) fn waiting(&self) -> bool {
         matches!(self.queue.front(), Some(Message::Encoding { .. }))
     }
