@@ -57,6 +57,9 @@ struct Bench {
     /// Per slot: the live connection and the rows sent on it.
     conns: Vec<Option<(ConnId<Raw>, u64)>>,
     touched: Vec<SlotId>,
+    /// Per slot: whether it is in `touched` (a flag, not a scan of `touched`: the caller's
+    /// bookkeeping must not grow with the slots it spreads a chunk over).
+    is_touched: Vec<bool>,
     committed: Vec<SourcePosition>,
 }
 
@@ -80,6 +83,7 @@ impl Bench {
             tables,
             conns: vec![None; slots],
             touched: Vec::with_capacity(slots),
+            is_touched: vec![false; slots],
             committed: Vec::with_capacity(CHUNK as usize * 2),
         };
         // Open every stream before timing: one batch per slot.
@@ -110,6 +114,7 @@ impl Bench {
             }
             self.drain();
             while let Some(slot) = self.touched.pop() {
+                self.is_touched[slot.index()] = false;
                 let Some((conn, rows)) = self.conns[slot.index()] else {
                     continue;
                 };
@@ -130,8 +135,10 @@ impl Bench {
                 }
                 Output::Send(t) => {
                     let entry = self.conns[t.conn.slot().index()].as_mut().expect("open");
-                    if !self.touched.contains(&t.conn.slot()) {
-                        self.touched.push(t.conn.slot());
+                    let slot = t.conn.slot();
+                    if !self.is_touched[slot.index()] {
+                        self.is_touched[slot.index()] = true;
+                        self.touched.push(slot);
                     }
                     entry.1 += t.rows;
                     black_box(t.batch);
