@@ -5,8 +5,8 @@
 //! what the limit counts), batches of 100, 1,000 and 10,000 rows. The stream is opened before
 //! timing; the rate is the rows made durable between the first and the last ack that moved the
 //! durable count between 1 s and 6 s of sending (past the ramp, before the flush's tail; from
-//! ack to ack, so that a few large acks are not counted whole or not at all). Each cell prints achieved rows/s, the limit min(100 MB/s / row
-//! size, 15,000 rows/s) and their ratio:
+//! ack to ack, so that a few large acks are not counted whole or not at all). Each cell prints
+//! achieved rows/s, the limit min(100 MB/s / row size, 15,000 rows/s) and their ratio:
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-tokio --bench service_limits

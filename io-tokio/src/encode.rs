@@ -1,11 +1,13 @@
 //! One stream's encoder: a large batch is encoded on another worker thread (several at once,
-//! up to the runtime's workers), a small one in the connection's own task, and every message
-//! leaves in wire order. A stream whose batches are large is CPU-bound by compression (zstd
-//! is most of a client's CPU); encoding them one after another in the connection's task
-//! would hold the stream to one core however many the runtime has.
+//! up to the runtime's workers), a small one where the call's request body is polled, and
+//! every message leaves in wire order. A stream whose batches are large is CPU-bound by
+//! compression (zstd is most of a client's CPU); encoding them one after another where the
+//! body is polled would hold the stream to one core however many the runtime has.
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
@@ -111,9 +113,8 @@ impl Encoder {
     /// Polls the next message's encoding (ready at once if it is not encoding elsewhere).
     pub(crate) fn poll_finish_next(
         &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), EncodeError>> {
-        use std::task::Poll;
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), EncodeError>> {
         let Some(front) = self.queue.front_mut() else {
             return Poll::Ready(Ok(()));
         };
@@ -121,7 +122,7 @@ impl Encoder {
             return Poll::Ready(Ok(()));
         };
         let wire_offset = *wire_offset;
-        let Poll::Ready(done) = std::pin::Pin::new(job).poll(cx) else {
+        let Poll::Ready(done) = Pin::new(job).poll(cx) else {
             return Poll::Pending;
         };
         self.running -= 1;

@@ -2,8 +2,11 @@
 //! default), run as its own task. It connects, presents the headers, sends the schema, turns
 //! every `PutResult` into an [`Input::Result`] (or [`Input::Unreadable`]), the end of the call
 //! into [`Input::Closed`] or [`Input::Failed`]; the messages the driver hands it are encoded
-//! and sent by the call's request body ([`body`]). It decides nothing: what a response means (READY first, acks, rotations), what to
-//! send, when to give up and when to close are the core's decisions.
+//! and sent by the call's request body ([`body`]). It decides nothing: what a response means
+//! (READY first, acks, rotations), what to send, when to give up and when to close are the
+//! core's decisions.
+
+mod body;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +23,6 @@ use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
 use crate::auth::TokenSource;
 use crate::encode::Encoder;
-
-mod body;
 use crate::proxy::Proxy;
 use crate::wire;
 use body::Body;
