@@ -26,6 +26,7 @@ impl Default for Histogram {
 
 impl Histogram {
     /// Records one value.
+    #[inline]
     pub fn record(&mut self, value: u64) {
         let bucket = (u64::BITS - value.leading_zeros()) as usize;
         self.buckets[bucket] += 1;

@@ -51,6 +51,7 @@ impl Time {
 
 impl Add<Duration> for Time {
     type Output = Time;
+    #[inline]
     fn add(self, rhs: Duration) -> Time {
         let micros = u64::try_from(rhs.as_micros()).unwrap_or(u64::MAX);
         Time(self.0.saturating_add(micros))

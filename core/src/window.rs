@@ -116,12 +116,14 @@ pub struct InFlight {
 }
 
 impl InFlight {
+    #[inline]
     pub(crate) fn add(&mut self, rows: u64, bytes: u64) {
         self.batches += 1;
         self.rows += rows;
         self.bytes += bytes;
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, rows: u64, bytes: u64) {
         self.batches -= 1;
         self.rows -= rows;
@@ -132,6 +134,7 @@ impl InFlight {
     /// the per-slot limits. An empty window takes any one batch, even one larger than the
     /// limits alone (it then holds that batch and nothing else): a batch is never refused for
     /// its size, and the wire splits it into messages (PROTOCOL.md A.2).
+    #[inline]
     pub(crate) fn exceeded(
         &self,
         limits: &WindowLimits,

@@ -109,32 +109,13 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         } else if result.ack_up_to_records == 0 {
             Handled::Ignored(Ignored::NoProgress)
         } else {
-            let outputs = &mut self.outputs;
-            match window.on_ack(now, generation, result.ack_up_to_records, outputs) {
-                AckOutcome::Nothing(why) => Handled::Ignored(why),
-                AckOutcome::Progress(count) => {
-                    window.failures = 0;
-                    if count > 0
-                        && let Some(Output::Confirmed(burst)) = self.outputs.back()
-                    {
-                        self.metrics.acks_applied += 1;
-                        self.metrics.coalesce.record(count as u64);
-                        self.ended += count as u64;
-                        for c in burst.iter() {
-                            let latency = c.confirmed_at().saturating_since(c.submitted_at());
-                            self.metrics
-                                .delivery_latency_us
-                                .record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
-                        }
-                    }
-                    Handled::Applied
-                }
-                AckOutcome::Violation(error) => {
-                    self.metrics.protocol_errors += 1;
-                    self.on_forward_ack(now, slot, error.clone());
-                    return Handled::Violation(error);
-                }
+            let handled = self.apply_ack(now, slot, generation, result.ack_up_to_records);
+            // A violation ended the connection: a rotation request beside it has nothing left
+            // to rotate.
+            if matches!(handled, Handled::Violation(_)) {
+                return handled;
             }
+            handled
         };
         if let Some(ms) = result.close_stream_duration_ms {
             let grace = std::time::Duration::from_millis(ms);
@@ -147,6 +128,59 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             };
         }
         handled
+    }
+
+    /// An ack of `records` (above zero) on the slot's READY or draining connection `generation`.
+    fn apply_ack(&mut self, now: Time, slot: SlotId, generation: ConnGen, records: u64) -> Handled {
+        let window = &mut self.slots[slot.index()];
+        match window.on_ack(now, generation, records, &mut self.outputs) {
+            AckOutcome::Nothing(why) => Handled::Ignored(why),
+            AckOutcome::Progress(count) => {
+                window.failures = 0;
+                if count > 0
+                    && let Some(Output::Confirmed(burst)) = self.outputs.back()
+                {
+                    self.metrics.acks_applied += 1;
+                    self.metrics.coalesce.record(count as u64);
+                    self.ended += count as u64;
+                    for c in burst.iter() {
+                        let latency = c.confirmed_at().saturating_since(c.submitted_at());
+                        self.metrics
+                            .delivery_latency_us
+                            .record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+                    }
+                }
+                Handled::Applied
+            }
+            AckOutcome::Violation(error) => {
+                self.metrics.protocol_errors += 1;
+                self.on_forward_ack(now, slot, error.clone());
+                Handled::Violation(error)
+            }
+        }
+    }
+
+    /// The steady state's input, decided without the general dispatch: an ack of some rows,
+    /// with no rotation request, on a slot's READY connection (not one half-closed). `None`
+    /// when the input is anything else; [`on_input`](Self::on_input) then decides it, by the
+    /// same rules.
+    pub(super) fn steady_ack(&mut self, now: Time, input: &Input<L>) -> Option<Handled> {
+        let Input::Result { conn, result } = input else {
+            return None;
+        };
+        let (slot, generation) = (conn.slot(), conn.generation());
+        let window = self.slots.get(slot.index())?;
+        let steady = conn.sink == self.id
+            && result.ack_up_to_records > 0
+            && result.close_stream_duration_ms.is_none()
+            && matches!(window.phase, Phase::Ready(live) if live.conn == generation)
+            && window.closing.is_none_or(|(c, _)| c != generation);
+        if !steady {
+            return None;
+        }
+        let handled = self.apply_ack(now, slot, generation, result.ack_up_to_records);
+        self.after_input(slot, true, generation);
+        Some(handled)
     }
 
     /// The first response was not READY: the connection fails (retryable, as the official

@@ -485,6 +485,15 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// another sink) are ignored (invariant 4). Nothing it returns needs an answer: drain
     /// [`poll_output`](Self::poll_output) next, and log a [`Handled::Violation`].
     pub fn handle(&mut self, now: Time, input: Input<L>) -> Handled {
+        if let Some(handled) = self.steady_ack(now, &input) {
+            return handled;
+        }
+        self.handle_any(now, input)
+    }
+
+    /// [`handle`](Self::handle) for every input but the steady state's ack.
+    #[inline(never)]
+    fn handle_any(&mut self, now: Time, input: Input<L>) -> Handled {
         let conn = input.conn();
         let ours = conn.sink == self.id;
         let was_ready = ours

@@ -329,7 +329,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 };
                 let Some(q) = t.queue.pop_front() else { break };
                 t.queued.remove(q.rows, q.bytes);
-                t.cursor = (k + 1) % n;
+                t.cursor = next_cursor(k, n);
                 self.slots[t.first_slot + k].assign(q);
                 self.sched.mark_slot(t.first_slot + k);
             }
@@ -353,7 +353,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
             return Err(queued);
         };
-        t.cursor = (k + 1) % usize::from(t.pool.slots).max(1);
+        t.cursor = next_cursor(k, usize::from(t.pool.slots));
         self.slots[t.first_slot + k].assign(queued);
         self.sched.mark_slot(t.first_slot + k);
         Ok(())
@@ -459,9 +459,16 @@ fn room_in<L: Lane, B: Batch>(
     bytes: u64,
 ) -> Option<usize> {
     let n = usize::from(t.pool.slots);
-    (0..n).map(|k| (t.cursor + k) % n).find(|&k| {
+    // Round-robin from the cursor without a division per step (it is on every batch's path).
+    let start = t.cursor.min(n);
+    (start..n).chain(0..start).find(|&k| {
         slots
             .get(t.first_slot + k)
             .is_some_and(|w| w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none())
     })
+}
+
+/// The round-robin position after slot `k` of `n`: `(k + 1) % n` without the division.
+fn next_cursor(k: usize, n: usize) -> usize {
+    if k + 1 >= n { 0 } else { k + 1 }
 }

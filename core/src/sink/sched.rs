@@ -41,6 +41,7 @@ struct Dirty {
 }
 
 impl Dirty {
+    #[inline]
     fn mark(&mut self, index: usize) {
         if let Some(flag) = self.flag.get_mut(index)
             && !*flag
@@ -50,6 +51,7 @@ impl Dirty {
         }
     }
 
+    #[inline]
     fn pop(&mut self) -> Option<usize> {
         let index = self.list.pop()?;
         if let Some(flag) = self.flag.get_mut(index) {
@@ -109,11 +111,13 @@ impl Sched {
     }
 
     /// The slot was given a batch to place.
+    #[inline]
     pub(super) fn mark_slot(&mut self, slot: usize) {
         self.slots.mark(slot);
     }
 
     /// Whether a batch admitted for a warm table may go straight to a slot.
+    #[inline]
     pub(super) fn enabled(&self) -> bool {
         self.enabled
     }
@@ -121,6 +125,7 @@ impl Sched {
     /// A batch was admitted for `table` (or given to `slot`, keyed): `fast` when the table is
     /// warm and its streams may carry the batch's schema; `waiting` when the table's queue
     /// holds batches for a slot.
+    #[inline]
     pub(super) fn admitted(
         &mut self,
         table: TableId,
@@ -191,13 +196,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             self.sched.full = true;
             return None;
         }
-        let placed = !self.sched.tables.list.is_empty() || !self.sched.slots.list.is_empty();
         while let Some(table) = self.sched.tables.pop() {
             self.assign_queued_of(table);
         }
         while let Some(index) = self.sched.slots.pop() {
             self.place_slot(index, now);
-            self.arm(index);
+            // Placing only moves a deadline earlier (a send on an idle stream), and the top
+            // was made current above: the earliest is the smaller of the two, no heap walk.
+            if let Some(at) = self.arm(index) {
+                next = Some(next.map_or(at, |next| next.min(at)));
+            }
             // Placing stops at a batch of another schema: the stream must drain and reopen,
             // which a full pass does.
             if self.wants_schema_switch(index) {
@@ -209,9 +217,6 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
         if let Some(out) = self.outputs.pop_front() {
             return Some(out);
-        }
-        if placed {
-            next = self.next_timer();
         }
         let at = match (next, self.sched.global) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -251,21 +256,17 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.sched.calm = calm;
     }
 
-    /// Pushes the slot's deadline if it moved earlier than its armed entry (or it had none).
-    fn arm(&mut self, index: usize) {
-        let Some(window) = self.slots.get(index) else {
-            return;
-        };
-        let at = window.deadline(self.config.open_timeout, self.config.ack_timeout);
-        let Some(armed) = self.sched.armed.get_mut(index) else {
-            return;
-        };
-        if let Some(at) = at
-            && armed.is_none_or(|armed| at < armed)
-        {
+    /// Pushes the slot's deadline if it moved earlier than its armed entry (or it had none),
+    /// and returns the slot's deadline.
+    fn arm(&mut self, index: usize) -> Option<Time> {
+        let window = self.slots.get(index)?;
+        let at = window.deadline(self.config.open_timeout, self.config.ack_timeout)?;
+        let armed = self.sched.armed.get_mut(index)?;
+        if armed.is_none_or(|armed| at < armed) {
             *armed = Some(at);
             self.sched.timers.push(Reverse((at, index)));
         }
+        Some(at)
     }
 
     /// The earliest slot deadline: entries that were superseded are dropped, and one whose
