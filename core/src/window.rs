@@ -324,7 +324,13 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             if item.schema != self.conn_schema {
                 break;
             }
-            let rows = item.batch.rows();
+            // A batch not yet sliced by a rebase is the one admitted, whose counts are known:
+            // asking it again can be dear (an Arrow batch sums its buffers for `bytes`).
+            let (rows, bytes) = if item.durable_rows == 0 {
+                (item.rows, item.bytes)
+            } else {
+                (item.batch.rows(), item.batch.bytes())
+            };
             let start_row = live.rows_sent;
             live.rows_sent += rows;
             item.placed = Some(Placement {
@@ -332,7 +338,6 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 end_row: live.rows_sent,
                 sent_at: now,
             });
-            let bytes = item.batch.bytes();
             let (parts, per_part) = if bytes <= max_message_bytes {
                 (1, rows.max(1))
             } else {
