@@ -42,6 +42,21 @@ use crate::telemetry::Telemetry;
 
 /// A batch with the id of its receipt and its route, and what its rows are stamped with
 /// (where they came from, their indices in the batch as sent); slices keep all of it.
+/// A table's name: its shared description's, or its id where it has none.
+enum Label {
+    Wire(Arc<TableWire>),
+    Id(String),
+}
+
+impl Label {
+    fn as_str(&self) -> &str {
+        match self {
+            Label::Wire(wire) => &wire.name,
+            Label::Id(id) => id,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Tagged {
     pub(crate) batch: RecordBatch,
@@ -269,6 +284,15 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             .map_or_else(|| table.to_string(), |w| w.name.clone())
     }
 
+    /// The table's name as [`table_name`](Self::table_name) gives it, without copying it: for
+    /// what runs on every ack.
+    fn label(&self, table: TableId) -> Label {
+        match self.wire(table) {
+            Some(wire) => Label::Wire(wire),
+            None => Label::Id(table.to_string()),
+        }
+    }
+
     /// Runs until the sink is closed (by `close`, or because the handle was dropped).
     pub(crate) async fn run(mut self) {
         loop {
@@ -396,9 +420,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     fn input(&mut self, input: Input<L>) {
         let now = self.now();
         let conn = input.conn();
-        let table = self.core.slot_table(conn.slot());
-        let name = table.map(|t| self.table_name(t)).unwrap_or_default();
-        self.outages.before(&name, &input);
+        // The table's description, shared: its name without a copy on every ack.
+        let label = self.core.slot_table(conn.slot()).map(|t| self.label(t));
+        let name = label.as_ref().map_or("", Label::as_str);
+        self.outages.before(name, &input);
         let change = Telemetry::change_of(&input);
         let ready = matches!(&input, Input::Result { result, .. } if result.ack_up_to_offset == -1);
         let handled = self.core.handle(now, input);
@@ -412,7 +437,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 tracing::warn!(%reason, %conn, "ignoring a PutResult");
             }
             Handled::Ignored(why) => tracing::trace!(?why, %conn, "input ignored"),
-            Handled::Applied if ready => self.outages.ready(&name, conn),
+            Handled::Applied if ready => self.outages.ready(name, conn),
             _ => {}
         }
     }
@@ -679,7 +704,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 }
                 Output::Confirmed(burst) => {
                     let table = burst.table();
-                    let name = self.table_name(table);
+                    let label = self.label(table);
+                    let name = label.as_str();
                     let bytes = burst
                         .iter()
                         .filter_map(|c| self.sent.get(&(c.slot(), c.offset())))
@@ -696,7 +722,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                         };
                         self.report.confirmed(table, c.rows());
                         // The confirmer first: when a receipt resolves, the confirmer has heard.
-                        self.confirmer.confirmed(&name, c);
+                        self.confirmer.confirmed(name, c);
                         if let Some(tx) = id.and_then(|id| self.receipts.remove(&id)) {
                             let _ = tx.send(Ok(delivered));
                         }
