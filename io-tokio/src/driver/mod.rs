@@ -40,8 +40,6 @@ use crate::receipt::Delivered;
 use crate::report::Report;
 use crate::telemetry::Telemetry;
 
-/// A batch with the id of its receipt and its route, and what its rows are stamped with
-/// (where they came from, their indices in the batch as sent); slices keep all of it.
 /// A table's name: its shared description's, or its id where it has none.
 enum Label {
     Wire(Arc<TableWire>),
@@ -57,6 +55,8 @@ impl Label {
     }
 }
 
+/// A batch with the id of its receipt and its route, and what its rows are stamped with
+/// (where they came from, their indices in the batch as sent); slices keep all of it.
 #[derive(Clone, Debug)]
 pub(crate) struct Tagged {
     pub(crate) batch: RecordBatch,
