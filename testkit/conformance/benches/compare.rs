@@ -7,8 +7,9 @@
 //! limits (where CPU is what differs):
 //! - rows/s, min / median / max over `ZEROBUS_BENCH_REPS` repetitions (default 3), the clients'
 //!   order rotated each repetition;
-//! - CPU per MB of Arrow data, median, counted on the client's threads only (the emulator runs
-//!   on a runtime of its own, its threads named apart; `/proc/self/task/*/stat`);
+//! - CPU per MB of Arrow data and context switches per batch, medians, counted on the client's
+//!   threads only (the emulator runs on a runtime of its own, its threads named apart;
+//!   `/proc/self/task/*/schedstat` and `status`);
 //! - every client's streams are open (READY) before its timer starts, and a run ends when every
 //!   row is durable;
 //! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
@@ -78,11 +79,13 @@ fn batches(schema: &SchemaRef, rows: i64) -> Vec<RecordBatch> {
         .collect()
 }
 
-/// CPU time (user + system) of this process's threads whose names start with `prefix`.
-fn cpu_of(prefix: &str) -> Duration {
-    let mut ticks = 0u64;
+/// What the threads whose names start with `prefix` have used so far: CPU time (the
+/// scheduler's nanoseconds, `/proc/self/task/*/schedstat`, not the 10 ms ticks of `stat`) and
+/// context switches, voluntary and not (`status`).
+fn usage_of(prefix: &str) -> Usage {
+    let mut usage = Usage::default();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
+        return usage;
     };
     for task in tasks.flatten() {
         let path = task.path();
@@ -90,28 +93,46 @@ fn cpu_of(prefix: &str) -> Duration {
         if !comm.starts_with(prefix) {
             continue;
         }
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-        // Fields after the command's closing parenthesis: state is the 3rd field of the
-        // line, utime the 14th and stime the 15th.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        ticks += field(11) + field(12);
+        let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+        let ns = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+        usage.cpu += Duration::from_nanos(ns);
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        usage.switches += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
     }
-    // Linux reports these in USER_HZ, 100 per second on every platform Rust targets.
-    Duration::from_millis(ticks * 10)
+    usage
+}
+
+/// CPU time and context switches of a set of threads (see [`usage_of`]).
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    cpu: Duration,
+    switches: u64,
+}
+
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+    fn sub(self, before: Usage) -> Usage {
+        Usage {
+            cpu: self.cpu.saturating_sub(before.cpu),
+            switches: self.switches.saturating_sub(before.switches),
+        }
+    }
 }
 
 /// One run's outcome.
 #[derive(Clone, Copy)]
 struct Run {
     took: Duration,
-    cpu: Duration,
+    /// The client's threads' CPU time and context switches during the run.
+    used: Usage,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -193,7 +214,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let cpu = cpu_of(CLIENT);
+    let used = usage_of(CLIENT);
     let started = Instant::now();
     for i in 0..n {
         let b = pool[i % pool.len()].clone();
@@ -205,7 +226,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     sink.flush().await.expect("flush");
     let run = Run {
         took: started.elapsed(),
-        cpu: cpu_of(CLIENT) - cpu,
+        used: usage_of(CLIENT) - used,
     };
     sink.close(Duration::from_secs(60)).await;
     run
@@ -236,7 +257,7 @@ async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch]
             lanes.push(stream);
         }
     }
-    let cpu = cpu_of(CLIENT);
+    let used = usage_of(CLIENT);
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
@@ -259,7 +280,7 @@ async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch]
     }
     let run = Run {
         took: started.elapsed(),
-        cpu: cpu_of(CLIENT) - cpu,
+        used: usage_of(CLIENT) - used,
     };
     for mut s in streams_back {
         s.close().await.expect("close");
@@ -321,7 +342,7 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         assert_eq!(ack_rows(&ready.app_metadata).0, -1, "READY first");
         lanes.push((tx, acks));
     }
-    let cpu = cpu_of(CLIENT);
+    let used = usage_of(CLIENT);
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
@@ -365,7 +386,7 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     }
     Run {
         took: started.elapsed(),
-        cpu: cpu_of(CLIENT) - cpu,
+        used: usage_of(CLIENT) - used,
     }
 }
 
@@ -455,13 +476,13 @@ fn main() {
         });
     }
     println!(
-        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads), median",
+        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data and context switches per batch (client threads), medians",
         WindowLimits::default()
     );
     println!(
-        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare |"
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare | context switches per batch ours / official / bare |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
         let pool = batches(&schema, cell.rows);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
@@ -495,11 +516,26 @@ fn main() {
                     .collect(),
             )
         };
-        let cpu = |r: &[Run]| spread(r.iter().map(|r| r.cpu.as_secs_f64() * 1e3 / mb).collect()).1;
+        let cpu = |r: &[Run]| {
+            spread(
+                r.iter()
+                    .map(|r| r.used.cpu.as_secs_f64() * 1e3 / mb)
+                    .collect(),
+            )
+            .1
+        };
+        let switches = |r: &[Run]| {
+            spread(
+                r.iter()
+                    .map(|r| r.used.switches as f64 / count(cell) as f64)
+                    .collect(),
+            )
+            .1
+        };
         let (o, f, b) = (rate(&runs[0]), rate(&runs[1]), rate(&runs[2]));
         let fmt = |(min, med, max): (f64, f64, f64)| format!("{min:.0} / {med:.0} / {max:.0}");
         println!(
-            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} |",
+            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} | {:.2} / {:.2} / {:.2} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -513,6 +549,9 @@ fn main() {
             cpu(&runs[0]),
             cpu(&runs[1]),
             cpu(&runs[2]),
+            switches(&runs[0]),
+            switches(&runs[1]),
+            switches(&runs[2]),
         );
     }
 }
