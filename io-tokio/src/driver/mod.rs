@@ -280,8 +280,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     }
 
     fn table_name(&self, table: TableId) -> String {
-        self.wire(table)
-            .map_or_else(|| table.to_string(), |w| w.name.clone())
+        self.label(table).as_str().to_owned()
     }
 
     /// The table's name as [`table_name`](Self::table_name) gives it, without copying it: for
