@@ -185,6 +185,60 @@ async fn a_property_flipped_mid_run_stops_the_table_and_hands_back_what_is_not_d
     );
 }
 
+/// The race the test above can meet, made certain: the timed check fails the table while
+/// nothing is in flight, so nothing is handed back and the handle has not heard. The next
+/// batch, handed over without a round trip, still comes back with the table's own failure
+/// (not a bare "not admitted"), and the send after it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_failed_with_nothing_in_flight_fails_the_next_batch_with_its_own_reason() {
+    let rig = Rig::new().await;
+    let recorder = Recorder::default();
+    let mut sink = rig.sink(&recorder, Duration::from_millis(100)).await;
+    let table = sink.table(RAW).unwrap();
+    let receipt = sink
+        .send(table, orders(0, 10), Token::raw("orders", 0, 9))
+        .await
+        .unwrap();
+    receipt.await.unwrap();
+    rig.flip().await;
+    // Await the check's verdict in the sink's own state: each health answer is a round trip
+    // to the driver.
+    let observer = sink.observer();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !observer.health().await.unwrap().tables[0].failed {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the timed check finds the change");
+    let receipt = sink
+        .send(table, orders(10, 10), Token::raw("orders", 0, 19))
+        .await
+        .expect("the handle has not heard: the batch is handed over");
+    match receipt.await {
+        Err(DeliveryError::Failed {
+            reason,
+            durable_rows: 0,
+        }) => assert_precondition(&reason),
+        other => panic!("expected the table's failure, got {other:?}"),
+    }
+    match sink
+        .send(table, orders(20, 10), Token::raw("orders", 0, 29))
+        .await
+    {
+        Err(SendError::Rejected {
+            reason: RejectReason::TableFailed { reason, .. },
+            ..
+        }) => assert!(reason.contains("deletion vectors are enabled"), "{reason}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a batch was admitted for a failed table"),
+    }
+    let report = sink.close(Duration::from_secs(5)).await;
+    let (confirmed, handed_back) = rig.books(&recorder, 20, &report).await;
+    assert_eq!(confirmed, (0..10).collect());
+    assert_eq!(handed_back, (10..20).collect());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_does_not_reopen_on_a_table_changed_since_validation() {
     let rig = Rig::new().await;

@@ -260,9 +260,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Whether the table failed fatally.
     #[must_use]
     pub fn table_failed(&self, table: TableId) -> bool {
-        self.tables
-            .get(table.index())
-            .is_some_and(|t| matches!(t.status, TableStatus::Failed(_)))
+        self.table_failure(table).is_some()
+    }
+
+    /// Why the table failed fatally (`None` while it has not).
+    #[must_use]
+    pub fn table_failure(&self, table: TableId) -> Option<&StreamError> {
+        match &self.tables.get(table.index())?.status {
+            TableStatus::Failed(error) => Some(error),
+            _ => None,
+        }
     }
 
     /// Watermarks summed over every table.

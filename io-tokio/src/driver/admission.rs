@@ -209,13 +209,30 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             },
         };
         if let Some((batch, token)) = error.into_parts() {
-            let reason = FailureReason::NotAdmitted { table, reason };
+            let reason = self.not_admitted(table, reason);
             self.hand_over(table, batch, token, 0, None, &reason);
             let _ = pending.receipt.send(Err(DeliveryError::Failed {
                 reason,
                 durable_rows: 0,
             }));
         }
+    }
+
+    /// Why a batch the core refused comes back. A table that failed with nothing in flight
+    /// handed nothing back, so neither the handle's flag nor the confirmer has heard: the
+    /// flag is set here (the handle's next `send` asks, and returns the refusal), and the
+    /// batch comes back with the table's own failure, as the batches in flight did.
+    pub(super) fn not_admitted(&mut self, table: TableId, reason: RejectReason) -> FailureReason {
+        if let RejectReason::TableFailed { .. } = reason
+            && let Some(error) = self.core.table_failure(table)
+        {
+            self.flags.fail(table);
+            return FailureReason::TableFailed {
+                table,
+                error: error.clone(),
+            };
+        }
+        FailureReason::NotAdmitted { table, reason }
     }
 
     /// Gives a checked batch to the core.

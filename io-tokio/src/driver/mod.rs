@@ -489,10 +489,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 }
                 Err(rejected) => {
                     let table = route.table();
-                    let reason = FailureReason::NotAdmitted {
-                        table,
-                        reason: rejected.reason,
-                    };
+                    let reason = self.not_admitted(table, rejected.reason);
                     let id = rejected.batch.id;
                     let batch = rejected.batch.batch;
                     self.hand_over(
