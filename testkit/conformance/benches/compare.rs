@@ -9,7 +9,9 @@
 //!   order rotated each repetition;
 //! - CPU per MB of Arrow data and context switches per batch, medians, counted on the client's
 //!   threads only (the emulator runs on a runtime of its own, its threads named apart;
-//!   `/proc/self/task/*/schedstat` and `status`);
+//!   `/proc/self/task/*/schedstat` and `status`); and the emulator's CPU per MB while serving
+//!   each client (its messages' shape is the client's choice, and on 2 cores the server's
+//!   work competes with the client's);
 //! - every client's streams are open (READY) before its timer starts, and a run ends when every
 //!   row is durable;
 //! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
@@ -133,6 +135,14 @@ struct Run {
     took: Duration,
     /// The client's threads' CPU time and context switches during the run.
     used: Usage,
+    /// The emulator's threads' (the server's work for this client's messages: on 2 cores it
+    /// competes with the client).
+    served: Usage,
+}
+
+/// What both sides have used so far: (client, emulator).
+fn usage() -> (Usage, Usage) {
+    (usage_of(CLIENT), usage_of(EMULATOR))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -214,7 +224,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let used = usage_of(CLIENT);
+    let (used, served) = usage();
     let started = Instant::now();
     for i in 0..n {
         let b = pool[i % pool.len()].clone();
@@ -227,6 +237,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     let run = Run {
         took: started.elapsed(),
         used: usage_of(CLIENT) - used,
+        served: usage_of(EMULATOR) - served,
     };
     sink.close(Duration::from_secs(60)).await;
     run
@@ -257,7 +268,7 @@ async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch]
             lanes.push(stream);
         }
     }
-    let used = usage_of(CLIENT);
+    let (used, served) = usage();
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
@@ -281,6 +292,7 @@ async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch]
     let run = Run {
         took: started.elapsed(),
         used: usage_of(CLIENT) - used,
+        served: usage_of(EMULATOR) - served,
     };
     for mut s in streams_back {
         s.close().await.expect("close");
@@ -342,7 +354,7 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         assert_eq!(ack_rows(&ready.app_metadata).0, -1, "READY first");
         lanes.push((tx, acks));
     }
-    let used = usage_of(CLIENT);
+    let (used, served) = usage();
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
@@ -387,6 +399,7 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     Run {
         took: started.elapsed(),
         used: usage_of(CLIENT) - used,
+        served: usage_of(EMULATOR) - served,
     }
 }
 
@@ -476,13 +489,13 @@ fn main() {
         });
     }
     println!(
-        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data and context switches per batch (client threads), medians",
+        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
         WindowLimits::default()
     );
     println!(
-        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare | context switches per batch ours / official / bare |"
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare | emulator CPU ms/MB serving ours / official / bare | context switches per batch ours / official / bare |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
         let pool = batches(&schema, cell.rows);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
@@ -516,14 +529,17 @@ fn main() {
                     .collect(),
             )
         };
-        let cpu = |r: &[Run]| {
+        // CPU ms per MB of one side: the client's threads or the emulator's.
+        let per_mb = |r: &[Run], side: fn(&Run) -> Usage| {
             spread(
                 r.iter()
-                    .map(|r| r.used.cpu.as_secs_f64() * 1e3 / mb)
+                    .map(|r| side(r).cpu.as_secs_f64() * 1e3 / mb)
                     .collect(),
             )
             .1
         };
+        let cpu = |r: &[Run]| per_mb(r, |r| r.used);
+        let served = |r: &[Run]| per_mb(r, |r| r.served);
         let switches = |r: &[Run]| {
             spread(
                 r.iter()
@@ -535,7 +551,7 @@ fn main() {
         let (o, f, b) = (rate(&runs[0]), rate(&runs[1]), rate(&runs[2]));
         let fmt = |(min, med, max): (f64, f64, f64)| format!("{min:.0} / {med:.0} / {max:.0}");
         println!(
-            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} | {:.2} / {:.2} / {:.2} |",
+            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} | {:.1} / {:.1} / {:.1} | {:.2} / {:.2} / {:.2} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -549,6 +565,9 @@ fn main() {
             cpu(&runs[0]),
             cpu(&runs[1]),
             cpu(&runs[2]),
+            served(&runs[0]),
+            served(&runs[1]),
+            served(&runs[2]),
             switches(&runs[0]),
             switches(&runs[1]),
             switches(&runs[2]),
