@@ -394,6 +394,10 @@ pub struct Harness {
     schema: u32,
     hold: bool,
     held: Vec<SchemaId>,
+    /// What the core answered to each input of the last operation, in order (part of the
+    /// [`snapshot`](Self::snapshot): the fast path's steady-state acks must be answered as
+    /// the general dispatch answers them).
+    handled: Vec<Handled>,
 }
 
 impl Default for Harness {
@@ -467,6 +471,7 @@ impl Harness {
             schema: 1,
             hold: false,
             held: Vec::new(),
+            handled: Vec::new(),
         }
     }
 
@@ -496,8 +501,9 @@ impl Harness {
         self
     }
 
-    /// What the core holds, slot by slot and table by table, with its metrics: two harnesses
-    /// fed the same operations must agree on it whether the core took its fast path or not.
+    /// What the core holds, slot by slot and table by table, with its metrics and its answers
+    /// to the last operation's inputs: two harnesses fed the same operations must agree on it
+    /// whether the core took its fast path or not.
     #[must_use]
     pub fn snapshot(&self) -> String {
         let slots: Vec<_> = self
@@ -515,9 +521,10 @@ impl Harness {
             ..self.sink.metrics().clone()
         };
         format!(
-            "slots {slots:?}\ntables {tables:?}\nopen {}\nclosed {}\nmetrics {metrics:?}",
+            "slots {slots:?}\ntables {tables:?}\nopen {}\nclosed {}\nmetrics {metrics:?}\nanswered {:?}",
             self.sink.open_streams(),
             self.sink.is_closed(),
+            self.handled,
         )
     }
 
@@ -565,6 +572,7 @@ impl Harness {
 
     /// Applies one operation, drains the core and checks the oracle.
     pub fn apply(&mut self, op: &Op) -> Result<(), Violation> {
+        self.handled.clear();
         match *op {
             Op::Submit { rows } => self.submit(
                 self.tables[0].schema(SchemaId(self.schema)),
@@ -691,6 +699,7 @@ impl Harness {
 
     fn ack(&mut self, conn: ConnId<Raw>, up_to: u64) {
         let handled = self.sink.handle(self.now, Input::acked(conn, up_to));
+        self.handled.push(handled.clone());
         // Late: on a connection after the service asked it to rotate (draining or
         // half-closed), and the core still applied it.
         if handled == Handled::Applied && self.rotating.contains(&conn) {
@@ -711,7 +720,9 @@ impl Harness {
     fn input(&mut self, input: Input<Raw>) {
         let conn = input.conn();
         let ready = input == Input::ready(conn);
-        if self.sink.handle(self.now, input) == Handled::Applied
+        let handled = self.sink.handle(self.now, input);
+        self.handled.push(handled.clone());
+        if handled == Handled::Applied
             && ready
             && let Some(m) = self
                 .slots

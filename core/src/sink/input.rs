@@ -109,15 +109,13 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         } else if result.ack_up_to_records == 0 {
             Handled::Ignored(Ignored::NoProgress)
         } else {
-            let handled = self.apply_ack(now, slot, generation, result.ack_up_to_records);
-            // A violation ended the connection: a rotation request beside it has nothing left
-            // to rotate.
-            if matches!(handled, Handled::Violation(_)) {
-                return handled;
-            }
-            handled
+            self.apply_ack(now, slot, generation, result.ack_up_to_records)
         };
-        if let Some(ms) = result.close_stream_duration_ms {
+        // A violation ended the connection: a rotation request beside it has nothing left to
+        // rotate.
+        if let Some(ms) = result.close_stream_duration_ms
+            && !matches!(handled, Handled::Violation(_))
+        {
             let grace = std::time::Duration::from_millis(ms);
             handled = if self.on_rotate(now, slot, grace) {
                 Handled::Applied
@@ -162,12 +160,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
     /// The steady state's input, decided without the general dispatch: an ack of some rows,
     /// with no rotation request, on a slot's READY connection (not one half-closed). `None`
-    /// when the input is anything else; [`on_input`](Self::on_input) then decides it, by the
-    /// same rules.
+    /// when the input is anything else, or the fast path is off; [`on_input`](Self::on_input)
+    /// then decides it, by the same rules (the testkit's differential property compares the
+    /// two, input by input).
     pub(super) fn steady_ack(&mut self, now: Time, input: &Input<L>) -> Option<Handled> {
         let Input::Result { conn, result } = input else {
             return None;
         };
+        if !self.sched.enabled() {
+            return None;
+        }
         let (slot, generation) = (conn.slot(), conn.generation());
         let window = self.slots.get(slot.index())?;
         let steady = conn.sink == self.id

@@ -144,9 +144,10 @@ impl Sched {
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Turns the fast path on (the default) or off. Off, every batch admitted waits in its
-    /// table's queue for the next `poll_output`, and every `poll_output` that has no output
-    /// queued makes a full pass over every timer, table and slot: the behaviour the fast path
-    /// must reproduce, which the testkit's differential property compares it with.
+    /// table's queue for the next `poll_output`, every `poll_output` that has no output
+    /// queued makes a full pass over every timer, table and slot, and every input, the steady
+    /// state's acks too, goes through the general dispatch: the behaviour the fast path must
+    /// reproduce, which the testkit's differential property compares it with.
     pub fn set_fast_path(&mut self, on: bool) {
         self.sched.enabled = on;
         self.sched.full = true;
