@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{RAW, RawRig as Rig, Recorder, config, ids, orders, raw, schema};
-use zerobus_sink::{FailureReason, Raw, RejectReason, StreamError, Token};
+use zerobus_sink::{FailureReason, Raw, RejectReason, StreamError, TableId, Token};
 use zerobus_sink_catalog::PrimaryRawShape;
 use zerobus_sink_catalog::primary_raw::validate;
 use zerobus_sink_testkit::emulator::{Code, Fault, delta};
@@ -29,6 +29,15 @@ impl Rig {
             Provisioning::new(self.catalog.clone(), "raw-sink"),
         )
         .unwrap()
+    }
+
+    /// A rig, its recorder, and a sink on its primary-raw table checked every `recheck`.
+    async fn running(recheck: Duration) -> (Rig, Recorder, ZerobusSink<Raw>, TableId) {
+        let rig = Rig::new().await;
+        let recorder = Recorder::default();
+        let sink = rig.sink(&recorder, recheck).await;
+        let table = sink.table(RAW).unwrap();
+        (rig, recorder, sink, table)
     }
 
     /// An owner turns deletion vectors on.
@@ -117,20 +126,38 @@ fn assert_precondition(reason: &FailureReason) {
     assert!(unmet.contains("deletion vectors are enabled"), "{unmet}");
 }
 
+/// Sends orders `first .. first + 10` and waits until they are durable.
+async fn durable(sink: &mut ZerobusSink<Raw>, table: TableId, first: i64) {
+    let receipt = sink
+        .send(table, orders(first, 10), Token::raw("orders", 0, first + 9))
+        .await
+        .unwrap();
+    receipt.await.unwrap();
+}
+
+/// Sends orders `first .. first + 10`, which must be refused because the table failed; returns
+/// the refusal's reason.
+async fn refused(sink: &mut ZerobusSink<Raw>, table: TableId, first: i64) -> String {
+    match sink
+        .send(table, orders(first, 10), Token::raw("orders", 0, first + 9))
+        .await
+    {
+        Err(SendError::Rejected {
+            reason: RejectReason::TableFailed { reason, .. },
+            ..
+        }) => reason,
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a batch was admitted for a failed table"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_property_flipped_mid_run_stops_the_table_and_hands_back_what_is_not_durable() {
-    let rig = Rig::new().await;
-    let recorder = Recorder::default();
-    let mut sink = rig.sink(&recorder, Duration::from_millis(100)).await;
-    let table = sink.table(RAW).unwrap();
+    let (rig, recorder, mut sink, table) = Rig::running(Duration::from_millis(100)).await;
     let mut sent = 0i64;
     // Before the change: every batch is durable.
     for _ in 0..20 {
-        let receipt = sink
-            .send(table, orders(sent, 10), Token::raw("orders", 0, sent + 9))
-            .await
-            .unwrap();
-        receipt.await.unwrap();
+        durable(&mut sink, table, sent).await;
         sent += 10;
     }
     rig.flip().await;
@@ -154,17 +181,7 @@ async fn a_property_flipped_mid_run_stops_the_table_and_hands_back_what_is_not_d
             }
         }
         // Admission has stopped for the table, with the typed reason.
-        match sink
-            .send(table, orders(sent, 10), Token::raw("orders", 0, sent + 9))
-            .await
-        {
-            Err(SendError::Rejected {
-                reason: RejectReason::TableFailed { reason, .. },
-                ..
-            }) => reason,
-            Err(e) => panic!("{e}"),
-            Ok(_) => panic!("a batch was admitted for a failed table"),
-        }
+        refused(&mut sink, table, sent).await
     })
     .await
     .expect("the change is found within the check interval");
@@ -191,15 +208,8 @@ async fn a_property_flipped_mid_run_stops_the_table_and_hands_back_what_is_not_d
 /// (not a bare "not admitted"), and the send after it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_failed_with_nothing_in_flight_fails_the_next_batch_with_its_own_reason() {
-    let rig = Rig::new().await;
-    let recorder = Recorder::default();
-    let mut sink = rig.sink(&recorder, Duration::from_millis(100)).await;
-    let table = sink.table(RAW).unwrap();
-    let receipt = sink
-        .send(table, orders(0, 10), Token::raw("orders", 0, 9))
-        .await
-        .unwrap();
-    receipt.await.unwrap();
+    let (rig, recorder, mut sink, table) = Rig::running(Duration::from_millis(100)).await;
+    durable(&mut sink, table, 0).await;
     rig.flip().await;
     // Await the check's verdict in the sink's own state: each health answer is a round trip
     // to the driver.
@@ -222,17 +232,8 @@ async fn a_table_failed_with_nothing_in_flight_fails_the_next_batch_with_its_own
         }) => assert_precondition(&reason),
         other => panic!("expected the table's failure, got {other:?}"),
     }
-    match sink
-        .send(table, orders(20, 10), Token::raw("orders", 0, 29))
-        .await
-    {
-        Err(SendError::Rejected {
-            reason: RejectReason::TableFailed { reason, .. },
-            ..
-        }) => assert!(reason.contains("deletion vectors are enabled"), "{reason}"),
-        Err(e) => panic!("{e}"),
-        Ok(_) => panic!("a batch was admitted for a failed table"),
-    }
+    let reason = refused(&mut sink, table, 20).await;
+    assert!(reason.contains("deletion vectors are enabled"), "{reason}");
     let report = sink.close(Duration::from_secs(5)).await;
     let (confirmed, handed_back) = rig.books(&recorder, 20, &report).await;
     assert_eq!(confirmed, (0..10).collect());
@@ -255,11 +256,7 @@ async fn a_stream_does_not_reopen_on_a_table_changed_since_validation() {
             code: Code::Unavailable,
         },
     );
-    let receipt = sink
-        .send(table, orders(0, 10), Token::raw("orders", 0, 9))
-        .await
-        .unwrap();
-    receipt.await.unwrap();
+    durable(&mut sink, table, 0).await;
     rig.flip().await;
     let receipt = sink
         .send(table, orders(10, 10), Token::raw("orders", 0, 19))
