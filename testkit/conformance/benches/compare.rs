@@ -25,6 +25,11 @@
 //! cargo bench -p zerobus-sink-conformance --bench compare
 //! ZEROBUS_BENCH_QUICK=1 cargo bench -p zerobus-sink-conformance --bench compare   # 1 and 4 streams, 100 and 10,000 rows, 0 and 200 ms
 //! ```
+//!
+//! To look at one cell or one client (under `perf`, say): `ZEROBUS_BENCH_CELLS` keeps the cells
+//! named as `limits/durability ms/tables x streams/rows`, comma-separated (e.g.
+//! `quotas/0/1x1/1000,none/0/50x1/1000`), and `ZEROBUS_BENCH_CLIENTS` the clients (`ours`,
+//! `official`, `bare`, comma-separated); a client left out shows `-`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -156,6 +161,20 @@ enum Client {
 
 impl Client {
     const ALL: [Client; 3] = [Client::Ours, Client::Official, Client::Bare];
+
+    fn name(self) -> &'static str {
+        match self {
+            Client::Ours => "ours",
+            Client::Official => "official",
+            Client::Bare => "bare",
+        }
+    }
+}
+
+/// The comma-separated values of environment variable `name`, if it is set.
+fn listed(name: &str) -> Option<Vec<String>> {
+    let value = std::env::var(name).ok()?;
+    Some(value.split(',').map(|v| v.trim().to_owned()).collect())
 }
 
 struct Cell {
@@ -165,6 +184,17 @@ struct Cell {
     streams: u16,
     rows: i64,
     tables: usize,
+}
+
+impl Cell {
+    /// The cell's name for `ZEROBUS_BENCH_CELLS`: `limits/durability ms/tables x streams/rows`.
+    fn name(&self) -> String {
+        let limits = if self.limits { "quotas" } else { "none" };
+        format!(
+            "{limits}/{}/{}x{}/{}",
+            self.latency_ms, self.tables, self.streams, self.rows
+        )
+    }
 }
 
 /// Batches to send in a run of `cell`.
@@ -422,14 +452,15 @@ fn run(client: Client, client_rt: &Runtime, url: &str, cell: &Cell, pool: &[Reco
         .expect("client task")
 }
 
-/// min / median / max.
-fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+/// min / median / max; `None` for a client that did not run.
+fn spread(mut values: Vec<f64>) -> Option<(f64, f64, f64)> {
     values.sort_by(f64::total_cmp);
-    (
-        values[0],
-        values[values.len() / 2],
-        values[values.len() - 1],
-    )
+    Some((*values.first()?, values[values.len() / 2], *values.last()?))
+}
+
+/// A figure with `digits` decimals, or `-` for a client that did not run.
+fn shown(value: Option<f64>, digits: usize) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
 }
 
 fn main() {
@@ -490,6 +521,24 @@ fn main() {
             tables,
         });
     }
+    if let Some(keep) = listed("ZEROBUS_BENCH_CELLS") {
+        cells.retain(|c| keep.contains(&c.name()));
+        assert!(
+            !cells.is_empty(),
+            "ZEROBUS_BENCH_CELLS names no cell: {keep:?}"
+        );
+    }
+    let clients: Vec<bool> = match listed("ZEROBUS_BENCH_CLIENTS") {
+        Some(keep) => Client::ALL
+            .iter()
+            .map(|c| keep.iter().any(|k| k == c.name()))
+            .collect(),
+        None => vec![true; 3],
+    };
+    assert!(
+        clients.contains(&true),
+        "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare)"
+    );
     println!(
         "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
         WindowLimits::default()
@@ -519,6 +568,9 @@ fn main() {
             for k in 0..3 {
                 let index = (rep + k) % 3;
                 let client = Client::ALL[index];
+                if !clients[index] {
+                    continue;
+                }
                 runs[index].push(run(client, &client_rt, &url, cell, &pool));
             }
         }
@@ -531,48 +583,39 @@ fn main() {
                     .collect(),
             )
         };
-        // CPU ms per MB of one side: the client's threads or the emulator's.
-        let per_mb = |r: &[Run], side: fn(&Run) -> Usage| {
-            spread(
-                r.iter()
-                    .map(|r| side(r).cpu.as_secs_f64() * 1e3 / mb)
-                    .collect(),
-            )
-            .1
+        // Per client, medians: CPU ms per MB of the client's threads and of the emulator's
+        // while serving it, and the client's context switches per batch.
+        let batches = count(cell) as f64;
+        let three = |of: fn(&Run, f64, f64) -> f64, digits: usize| {
+            runs.iter()
+                .map(|r| {
+                    let median = spread(r.iter().map(|r| of(r, mb, batches)).collect());
+                    shown(median.map(|s| s.1), digits)
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
         };
-        let cpu = |r: &[Run]| per_mb(r, |r| r.used);
-        let served = |r: &[Run]| per_mb(r, |r| r.served);
-        let switches = |r: &[Run]| {
-            spread(
-                r.iter()
-                    .map(|r| r.used.switches as f64 / count(cell) as f64)
-                    .collect(),
-            )
-            .1
+        let rates: Vec<_> = runs.iter().map(|r| rate(r)).collect();
+        let fmt = |spread: Option<(f64, f64, f64)>| match spread {
+            Some((min, med, max)) => format!("{min:.0} / {med:.0} / {max:.0}"),
+            None => "-".to_owned(),
         };
-        let (o, f, b) = (rate(&runs[0]), rate(&runs[1]), rate(&runs[2]));
-        let fmt = |(min, med, max): (f64, f64, f64)| format!("{min:.0} / {med:.0} / {max:.0}");
+        let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} / {:.1} / {:.1} | {:.1} / {:.1} / {:.1} | {:.2} / {:.2} / {:.2} |",
+            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
             cell.streams,
             cell.rows,
-            fmt(o),
-            fmt(f),
-            fmt(b),
-            o.1 / f.1,
-            o.1 / b.1,
-            cpu(&runs[0]),
-            cpu(&runs[1]),
-            cpu(&runs[2]),
-            served(&runs[0]),
-            served(&runs[1]),
-            served(&runs[2]),
-            switches(&runs[0]),
-            switches(&runs[1]),
-            switches(&runs[2]),
+            fmt(rates[0]),
+            fmt(rates[1]),
+            fmt(rates[2]),
+            shown(ratio(0, 1), 2),
+            shown(ratio(0, 2), 2),
+            three(|r, mb, _| r.used.cpu.as_secs_f64() * 1e3 / mb, 1),
+            three(|r, mb, _| r.served.cpu.as_secs_f64() * 1e3 / mb, 1),
+            three(|r, _, batches| r.used.switches as f64 / batches, 2),
         );
     }
 }
