@@ -463,6 +463,14 @@ fn shown(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+/// Each client's median of `of` over its runs, `ours / official / bare`.
+fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String {
+    runs.iter()
+        .map(|r| shown(spread(r.iter().map(&of).collect()).map(|s| s.1), digits))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 fn main() {
     let quick = std::env::var("ZEROBUS_BENCH_QUICK").is_ok();
     let reps: usize = std::env::var("ZEROBUS_BENCH_REPS")
@@ -575,27 +583,18 @@ fn main() {
             }
         }
         emulator_rt.block_on(emu.shutdown());
-        let rows_total = count(cell) as f64 * cell.rows as f64;
-        let rate = |r: &[Run]| {
-            spread(
-                r.iter()
-                    .map(|r| rows_total / r.took.as_secs_f64())
-                    .collect(),
-            )
-        };
-        // Per client, medians: CPU ms per MB of the client's threads and of the emulator's
-        // while serving it, and the client's context switches per batch.
         let batches = count(cell) as f64;
-        let three = |of: fn(&Run, f64, f64) -> f64, digits: usize| {
-            runs.iter()
-                .map(|r| {
-                    let median = spread(r.iter().map(|r| of(r, mb, batches)).collect());
-                    shown(median.map(|s| s.1), digits)
-                })
-                .collect::<Vec<_>>()
-                .join(" / ")
-        };
-        let rates: Vec<_> = runs.iter().map(|r| rate(r)).collect();
+        let rows_total = batches * cell.rows as f64;
+        let rates: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                spread(
+                    r.iter()
+                        .map(|r| rows_total / r.took.as_secs_f64())
+                        .collect(),
+                )
+            })
+            .collect();
         let fmt = |spread: Option<(f64, f64, f64)>| match spread {
             Some((min, med, max)) => format!("{min:.0} / {med:.0} / {max:.0}"),
             None => "-".to_owned(),
@@ -613,9 +612,11 @@ fn main() {
             fmt(rates[2]),
             shown(ratio(0, 1), 2),
             shown(ratio(0, 2), 2),
-            three(|r, mb, _| r.used.cpu.as_secs_f64() * 1e3 / mb, 1),
-            three(|r, mb, _| r.served.cpu.as_secs_f64() * 1e3 / mb, 1),
-            three(|r, _, batches| r.used.switches as f64 / batches, 2),
+            // CPU ms per MB of the client's threads and of the emulator's while serving it,
+            // and the client's context switches per batch.
+            medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 1),
+            medians(&runs, |r| r.served.cpu.as_secs_f64() * 1e3 / mb, 1),
+            medians(&runs, |r| r.used.switches as f64 / batches, 2),
         );
     }
 }
