@@ -14,6 +14,16 @@ fn seeds(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The first seed of each profile's run, 0 unless `ZEROBUS_SIM_FIRST_SEED` says otherwise: a
+/// soak over seeds no earlier run took (the simulator is deterministic, so the same seeds on the
+/// same core find nothing new).
+fn first_seed() -> u64 {
+    std::env::var("ZEROBUS_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// What a profile's seeds did, summed.
 #[derive(Default)]
 struct Sum {
@@ -26,7 +36,8 @@ struct Sum {
 /// Runs `seeds` seeds of `profile`, every invariant (liveness too) checked after every step.
 fn run_profile(profile: &str, seeds: u64) -> Sum {
     let mut sum = Sum::default();
-    for seed in 0..seeds {
+    let first = first_seed();
+    for seed in first..first.saturating_add(seeds) {
         let config = SimConfig::profile(profile, seed).expect("known profile");
         let report = simulate(profile, &config).unwrap_or_else(|failure| panic!("{failure}"));
         sum.steps += report.steps;
@@ -57,7 +68,7 @@ fn run_profile(profile: &str, seeds: u64) -> Sum {
     }
     let m = &sum.metrics;
     println!(
-        "profile {profile}: {seeds} seeds, {} steps, {} batches handed back",
+        "profile {profile}: {seeds} seeds from {first}, {} steps, {} batches handed back",
         sum.steps, sum.handed_back
     );
     println!("  injected: {:?}", sum.faults);
