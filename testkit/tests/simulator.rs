@@ -6,22 +6,17 @@ use std::time::Duration;
 use zerobus_sink::{Input, Output, Raw, SinkCore, TableSpec, Token};
 use zerobus_sink_testkit::{FaultCounts, Latency, Oracle, SimBatch, SimConfig, simulate};
 
-/// Seeds per profile in every `cargo test` (`ZEROBUS_SIM_SEEDS` overrides it for a soak).
-fn seeds(default: u64) -> u64 {
-    std::env::var("ZEROBUS_SIM_SEEDS")
+/// The number in the environment variable `name`, or `default`.
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
 }
 
-/// The first seed of each profile's run, 0 unless `ZEROBUS_SIM_FIRST_SEED` says otherwise: a
-/// soak over seeds no earlier run took (the simulator is deterministic, so the same seeds on the
-/// same core find nothing new).
-fn first_seed() -> u64 {
-    std::env::var("ZEROBUS_SIM_FIRST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+/// Seeds per profile in every `cargo test` (`ZEROBUS_SIM_SEEDS` overrides it for a soak).
+fn seeds(default: u64) -> u64 {
+    env_u64("ZEROBUS_SIM_SEEDS", default)
 }
 
 /// What a profile's seeds did, summed.
@@ -36,7 +31,9 @@ struct Sum {
 /// Runs `seeds` seeds of `profile`, every invariant (liveness too) checked after every step.
 fn run_profile(profile: &str, seeds: u64) -> Sum {
     let mut sum = Sum::default();
-    let first = first_seed();
+    // `ZEROBUS_SIM_FIRST_SEED`: a soak over seeds no earlier run took (the simulator is
+    // deterministic, so the same seeds on the same core find nothing new).
+    let first = env_u64("ZEROBUS_SIM_FIRST_SEED", 0);
     for seed in first..first.saturating_add(seeds) {
         let config = SimConfig::profile(profile, seed).expect("known profile");
         let report = simulate(profile, &config).unwrap_or_else(|failure| panic!("{failure}"));
@@ -182,10 +179,7 @@ fn seed_71250_of_the_faults_profile_a_rotated_call_the_core_forgot() {
 #[test]
 fn reproduce() {
     let profile = std::env::var("ZEROBUS_SIM_PROFILE").unwrap_or_else(|_| "faults".into());
-    let seed = std::env::var("ZEROBUS_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let seed = env_u64("ZEROBUS_SIM_SEED", 0);
     let config =
         SimConfig::profile(&profile, seed).unwrap_or_else(|| panic!("unknown profile {profile}"));
     let report = simulate(&profile, &config).unwrap_or_else(|f| panic!("{f}"));
