@@ -262,6 +262,82 @@ fn bug_4_deadlines_are_always_in_the_future() {
     );
 }
 
+/// Polls until `Timeout`; every other output is returned in `seen`.
+fn timeout(s: &mut Sink, now: Time, seen: &mut Vec<String>) -> Option<Time> {
+    loop {
+        match s.poll_output(now) {
+            Output::Timeout(at) => return at,
+            other => seen.push(format!("{other:?}")),
+        }
+    }
+}
+
+#[test]
+fn a_timer_an_ack_left_stale_is_early_never_late_and_fires_nothing() {
+    // The timer heap keeps a slot's entry when an ack moves its deadline later (or the slot
+    // goes idle), so that the steady state does not touch the heap per batch
+    // (core/src/sink/sched.rs). Its timeout is then early; coming due, it must fire nothing,
+    // and the real deadline behind it must still fire on time.
+    let (mut s, table) = sink(1);
+    let ack_timeout = SinkConfig::default().ack_timeout;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap();
+    s.submit(t(0), table, vec![0u8; 10], token(0)).unwrap();
+    let (_, conn, ..) = sends(&drain(&mut s, t(0)))[0];
+    ack(&mut s, t(5), conn, 10);
+    assert_eq!(confirmed_positions(drain(&mut s, t(5))), [0]);
+    // The steady state: a batch sent at 1 s; a second at 2 s; the first acked at 2 s.
+    s.submit(t(1_000), table, vec![0u8; 10], token(1)).unwrap();
+    assert_eq!(sends(&drain(&mut s, t(1_000))).len(), 1);
+    s.submit(t(2_000), table, vec![0u8; 10], token(2)).unwrap();
+    assert_eq!(sends(&drain(&mut s, t(2_000))).len(), 1);
+    let passes = s.metrics().full_passes;
+    ack(&mut s, t(2_000), conn, 20);
+    let mut seen = Vec::new();
+    let early = timeout(&mut s, t(2_000), &mut seen);
+    assert_eq!(seen.len(), 1, "the first batch confirmed: {seen:?}");
+    assert_eq!(
+        s.metrics().full_passes,
+        passes,
+        "the ack took the fast path"
+    );
+    // The second batch's ack is due 60 s after it was sent, at 62 s; the entry left by the
+    // first batch says 61 s.
+    let real = t(2_000 + ms(ack_timeout));
+    let early = early.expect("a deadline: a batch is in flight");
+    assert!(
+        early <= real,
+        "Timeout({early}) after the real deadline {real}"
+    );
+    assert!(early > t(2_000), "Timeout({early}) not in the future");
+    // Coming due early: a full pass that fires nothing, and the real deadline next.
+    let mut seen = Vec::new();
+    let next = timeout(&mut s, early, &mut seen);
+    assert!(seen.is_empty(), "fired early: {seen:?}");
+    assert_eq!(s.metrics().ack_timeouts, 0);
+    assert_eq!(next, Some(real), "after the full pass, the real deadline");
+    // And the real deadline fires.
+    let _ = timeout(&mut s, real, &mut seen);
+    assert_eq!(
+        s.metrics().ack_timeouts,
+        1,
+        "the ack timeout fired at {real}: {seen:?}"
+    );
+    // Idle again with nothing in flight: no deadline at all once a full pass has looked.
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 10], token(0)).unwrap();
+    let (_, conn, ..) = sends(&drain(&mut s, t(0)))[0];
+    ack(&mut s, t(5), conn, 10);
+    let mut seen = Vec::new();
+    if let Some(at) = timeout(&mut s, t(5), &mut seen) {
+        assert!(
+            at <= t(ms(ack_timeout)),
+            "Timeout({at}) after the stale entry"
+        );
+        assert_eq!(timeout(&mut s, at, &mut seen), None, "idle: {seen:?}");
+    }
+    assert_eq!(seen.len(), 1, "only the confirmation: {seen:?}");
+}
+
 #[test]
 fn bug_5_a_graceful_close_is_a_half_close_not_a_claim_of_durability() {
     // The rotation half-closes with 3 rows unacked; the docs now say a graceful close is a

@@ -17,9 +17,11 @@
 //!   nothing else. Every other input and mutator asks for a full pass.
 //!
 //! Timers are armed lazily: a slot's heap entry is pushed again only when its deadline moves
-//! earlier (a send on an idle stream); a deadline that moved later (an ack) is corrected when
-//! its entry reaches the top of the heap. So the top, once checked, is the earliest deadline,
-//! and in the steady state the heap holds about one entry per slot.
+//! earlier (a send on an idle stream); a deadline that moved later (an ack) or went (the slot
+//! idle) keeps its entry. So the heap's top is at or before every slot's deadline, never after
+//! one: it may come due with nothing due, and then the full pass it brings fires nothing and
+//! rebuilds the heap from the real deadlines (about once per `ack_timeout` in a steady state).
+//! In the steady state the heap holds one entry per slot and is not touched per batch.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -270,28 +272,20 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         Some(at)
     }
 
-    /// The earliest slot deadline: entries that were superseded are dropped, and one whose
-    /// slot's deadline moved later is pushed again at its real time, until the top is current.
+    /// A time at or before every slot's deadline: the earliest current heap entry. Entries
+    /// superseded by an earlier one of their slot are dropped on the way. An entry whose
+    /// slot's deadline moved later (an ack) or went (the slot idle) is left standing: it is
+    /// still a lower bound, and when it comes due the fast path gives way to a full pass,
+    /// which fires nothing that is not due and rebuilds the heap from the real deadlines.
+    /// So in the steady state the heap is not touched per batch; the price is a full pass
+    /// about once per `ack_timeout` and a `Timeout` that may come before anything is due.
     fn next_timer(&mut self) -> Option<Time> {
-        let (open, ack) = (self.config.open_timeout, self.config.ack_timeout);
         loop {
             let Reverse((at, index)) = *self.sched.timers.peek()?;
-            let armed = self.sched.armed.get(index).copied().flatten();
-            if armed != Some(at) {
-                self.sched.timers.pop();
-                continue;
-            }
-            let actual = self.slots.get(index).and_then(|w| w.deadline(open, ack));
-            if actual == Some(at) {
+            if self.sched.armed.get(index).copied().flatten() == Some(at) {
                 return Some(at);
             }
             self.sched.timers.pop();
-            if let Some(slot) = self.sched.armed.get_mut(index) {
-                *slot = actual;
-            }
-            if let Some(actual) = actual {
-                self.sched.timers.push(Reverse((actual, index)));
-            }
         }
     }
 }
