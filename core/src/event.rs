@@ -228,7 +228,8 @@ pub enum Output<L: Lane, B: Batch> {
         table: TableId,
     },
     /// Nothing to do until this time (`None`: until the next input or submit). Call
-    /// [`poll_output`](crate::SinkCore::poll_output) again then.
+    /// [`poll_output`](crate::SinkCore::poll_output) again then. The time may be early (then
+    /// that call finds nothing due and says the next time), never late.
     Timeout(Option<Time>),
 }
 
