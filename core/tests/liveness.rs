@@ -300,8 +300,8 @@ fn a_timer_an_ack_left_stale_is_early_never_late_and_fires_nothing() {
         passes,
         "the ack took the fast path"
     );
-    // The second batch's ack is due 60 s after it was sent, at 62 s; the entry left by the
-    // first batch says 61 s.
+    // The second batch's ack is due 60 s after it was sent, at 62 s; the heap still holds
+    // the entry armed when the very first batch was sent at 0 s, which says 60 s.
     let real = t(2_000 + ms(ack_timeout));
     let early = early.expect("a deadline: a batch is in flight");
     assert!(
