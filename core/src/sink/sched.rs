@@ -205,7 +205,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         while let Some(index) = self.sched.slots.pop() {
             self.place_slot(index, now);
             // Placing only moves a deadline earlier (a send on an idle stream), and the top
-            // was made current above: the earliest is the smaller of the two, no heap walk.
+            // checked above is at or before every other deadline: the smaller of the two is
+            // still such a bound, no heap walk.
             if let Some(at) = self.arm(index) {
                 next = Some(next.map_or(at, |next| next.min(at)));
             }
