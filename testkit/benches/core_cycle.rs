@@ -9,7 +9,9 @@
 //! counted by `stats_alloc`'s instrumented allocator around each chunk.
 //!
 //! Run: `cargo bench -p zerobus-sink-testkit --bench core_cycle` (`ZEROBUS_BENCH_CYCLES`,
-//! default 2,000,000 per shape; `ZEROBUS_BENCH_REPEAT`, default 5 repetitions per shape).
+//! default 2,000,000 per shape; `ZEROBUS_BENCH_REPEAT`, default 5 repetitions per shape;
+//! `ZEROBUS_BENCH_SHAPES`, e.g. `1x1,64x4`, default every shape; `ZEROBUS_BENCH_PER_ACK`, 1 or
+//! 64, default both).
 
 use std::alloc::System;
 use std::hint::black_box;
@@ -195,6 +197,16 @@ fn main() {
     let cycles = env("ZEROBUS_BENCH_CYCLES", 2_000_000);
     let repeat = env("ZEROBUS_BENCH_REPEAT", 5);
     let shapes = [(1, 1), (1, 4), (1, 16), (16, 4), (64, 4)];
+    // `ZEROBUS_BENCH_SHAPES=1x1,64x4` runs only those (e.g. under callgrind).
+    let only = std::env::var("ZEROBUS_BENCH_SHAPES").ok();
+    // `ZEROBUS_BENCH_PER_ACK=1` (or 64) runs only that column.
+    let per_ack_only = std::env::var("ZEROBUS_BENCH_PER_ACK")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let shapes = shapes.into_iter().filter(|(t, s)| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|o| o == format!("{t}x{s}")))
+    });
     // Warm up.
     measure(
         &Shape {
@@ -212,6 +224,10 @@ fn main() {
     for (tables, slots) in shapes {
         let mut row = format!("| {tables} x {slots} |");
         for per_ack in [1, 64] {
+            if per_ack_only.is_some_and(|only| only != per_ack) {
+                row += " - | - |";
+                continue;
+            }
             let shape = Shape {
                 tables,
                 slots,
