@@ -523,10 +523,23 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
     /// The next effect to perform. See the drain contract on [`SinkCore`]. Expired timers fire
     /// before anything else is decided, so `Output::Timeout(Some(at))` is always in the future.
+    #[inline]
     pub fn poll_output(&mut self, now: Time) -> Output<L, B> {
+        // The two answers most calls get, small enough to inline into the caller's drain loop:
+        // what is queued, or nothing to do until a deadline (half of a steady state's calls).
         if let Some(out) = self.outputs.pop_front() {
             return out;
         }
+        if let Some(at) = self.idle_until(now) {
+            return Output::Timeout(at);
+        }
+        self.poll_work(now)
+    }
+
+    /// [`poll_output`](Self::poll_output) when there may be work: the fast path, or a full
+    /// pass.
+    #[inline(never)]
+    fn poll_work(&mut self, now: Time) -> Output<L, B> {
         if let Some(out) = self.fast_output(now) {
             return out;
         }

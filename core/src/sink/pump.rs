@@ -368,6 +368,21 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
     /// Puts the slot's unsent batches on the wire if it is READY and its table warm.
     pub(super) fn place_slot(&mut self, index: usize, now: Time) {
+        let mut first = None;
+        self.place_slot_into(index, now, &mut first);
+        if let Some(out) = first {
+            self.outputs.push_front(out);
+        }
+    }
+
+    /// [`place_slot`](Self::place_slot), keeping the first message in `first` when it is empty
+    /// and nothing is queued (the fast path returns it without queueing it).
+    pub(super) fn place_slot_into(
+        &mut self,
+        index: usize,
+        now: Time,
+        first: &mut Option<Output<L, B>>,
+    ) {
         let max_message_bytes = self.config.max_message_bytes;
         let Some(window) = self.slots.get_mut(index) else {
             return;
@@ -381,7 +396,11 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
         let outputs = &mut self.outputs;
         let sent = window.place_all(table, now, max_message_bytes, &mut |t| {
-            outputs.push_back(Output::Send(t))
+            if first.is_none() && outputs.is_empty() {
+                *first = Some(Output::Send(t));
+            } else {
+                outputs.push_back(Output::Send(t));
+            }
         });
         self.metrics.messages_sent += sent;
     }

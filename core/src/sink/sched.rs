@@ -22,6 +22,11 @@
 //! one: it may come due with nothing due, and then the full pass it brings fires nothing and
 //! rebuilds the heap from the real deadlines (about once per `ack_timeout` in a steady state).
 //! In the steady state the heap holds one entry per slot and is not touched per batch.
+//!
+//! Half of a steady state's `poll_output` calls find nothing to do (the caller drains until
+//! `Timeout`): those are answered by [`SinkCore::idle_until`], inlined into the caller, without
+//! entering the fast path; and the fast path returns the first message it places instead of
+//! queueing it and popping it again.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -202,8 +207,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         while let Some(table) = self.sched.tables.pop() {
             self.assign_queued_of(table);
         }
+        let mut first = None;
         while let Some(index) = self.sched.slots.pop() {
-            self.place_slot(index, now);
+            self.place_slot_into(index, now, &mut first);
             // Placing only moves a deadline earlier (a send on an idle stream), and the top
             // checked above is at or before every other deadline: the smaller of the two is
             // still such a bound, no heap walk.
@@ -216,6 +222,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 self.sched.full = true;
             }
         }
+        if first.is_some() {
+            return first;
+        }
         if self.sched.full {
             return self.outputs.pop_front();
         }
@@ -227,6 +236,37 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             (a, b) => a.or(b),
         };
         Some(Output::Timeout(at))
+    }
+
+    /// `Some(next deadline)` when the fast path has nothing to do and nothing is due: no full
+    /// pass owed, the sink calm, nothing marked, the heap's top current and not due. It is what
+    /// [`fast_output`](Self::fast_output) answers then, without its mutations (a superseded top
+    /// is left to it); `None` sends the caller there.
+    #[inline]
+    pub(super) fn idle_until(&self, now: Time) -> Option<Option<Time>> {
+        let sched = &self.sched;
+        if sched.full
+            || !sched.calm
+            || !sched.enabled
+            || !sched.tables.list.is_empty()
+            || !sched.slots.list.is_empty()
+        {
+            return None;
+        }
+        let next = match sched.timers.peek() {
+            None => None,
+            Some(&Reverse((at, index))) => {
+                if sched.armed.get(index).copied().flatten() != Some(at) || at <= now {
+                    return None;
+                }
+                Some(at)
+            }
+        };
+        match sched.global {
+            Some(global) if global <= now => None,
+            Some(global) => Some(Some(next.map_or(global, |next| next.min(global)))),
+            None => Some(next),
+        }
     }
 
     /// After a full pass: no marks left, the heap rebuilt, calm or not.
