@@ -379,13 +379,51 @@ impl<L: Lane> Confirmed<L> {
 
 impl<L: Lane> IntoIterator for Confirmed<L> {
     type Item = Confirmation<L>;
-    type IntoIter =
-        std::iter::Chain<std::option::IntoIter<Confirmation<L>>, vec::IntoIter<Confirmation<L>>>;
-    fn into_iter(self) -> Self::IntoIter {
-        match self.items {
-            Items::One(c) => Some(c).into_iter().chain(Vec::new()),
-            Items::Many(v) => None.into_iter().chain(v),
+    type IntoIter = ConfirmedIter<L>;
+    fn into_iter(self) -> ConfirmedIter<L> {
+        ConfirmedIter(match self.items {
+            Items::One(c) => IterItems::One(Some(c)),
+            Items::Many(v) => IterItems::Many(v.into_iter()),
+        })
+    }
+}
+
+/// The confirmations of a [`Confirmed`] burst, in offset order (its `into_iter`).
+pub struct ConfirmedIter<L: Lane>(IterItems<L>);
+
+enum IterItems<L: Lane> {
+    One(Option<Confirmation<L>>),
+    Many(vec::IntoIter<Confirmation<L>>),
+}
+
+impl<L: Lane> Iterator for ConfirmedIter<L> {
+    type Item = Confirmation<L>;
+    #[inline]
+    fn next(&mut self) -> Option<Confirmation<L>> {
+        match &mut self.0 {
+            IterItems::One(c) => c.take(),
+            IterItems::Many(v) => v.next(),
         }
+    }
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match &self.0 {
+            IterItems::One(c) => usize::from(c.is_some()),
+            IterItems::Many(v) => v.len(),
+        };
+        (n, Some(n))
+    }
+}
+
+impl<L: Lane> ExactSizeIterator for ConfirmedIter<L> {}
+
+impl<L: Lane> std::iter::FusedIterator for ConfirmedIter<L> {}
+
+impl<L: Lane> fmt::Debug for ConfirmedIter<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfirmedIter")
+            .field("remaining", &self.len())
+            .finish()
     }
 }
 

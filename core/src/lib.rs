@@ -157,7 +157,8 @@ pub use error::{
     StreamError,
 };
 pub use event::{
-    Confirmed, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta, Transmit,
+    Confirmed, ConfirmedIter, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta,
+    Transmit,
 };
 pub use ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 pub use lane::{

@@ -83,6 +83,37 @@ fn invariant_3_one_ack_confirms_every_covered_item_in_order() {
     assert_eq!(s.metrics().delivery_latency_us.min(), Some(200_000));
 }
 
+/// A burst's iterator yields its confirmations in offset order and knows how many are left,
+/// whether the burst holds one inline or several in a vector.
+#[test]
+fn invariant_3_a_burst_iterates_in_offset_order_and_counts_down() {
+    let (mut s, table) = sink(1);
+    for i in 0..4 {
+        s.submit(t(0), table, vec![0u8; 4], token(i)).unwrap();
+    }
+    let out = drain(&mut s, t(0));
+    let (_, conn, ..) = sends(&out)[0];
+    // One batch (inline), then the other three (a vector).
+    for (up_to, expected) in [(4, vec![0]), (16, vec![1, 2, 3])] {
+        ack(&mut s, t(1), conn, up_to);
+        let mut out = drain(&mut s, t(1));
+        assert_eq!(out.len(), 1, "one burst for one ack");
+        let Some(Output::Confirmed(burst)) = out.pop() else {
+            panic!("expected a burst")
+        };
+        let mut iter = burst.into_iter();
+        let mut seen = Vec::new();
+        for left in (1..=expected.len()).rev() {
+            assert_eq!(iter.len(), left);
+            assert_eq!(iter.size_hint(), (left, Some(left)));
+            seen.push(iter.next().expect("a confirmation left").commit().offset);
+        }
+        assert_eq!(seen, expected);
+        assert_eq!((iter.len(), iter.next().is_none()), (0, true));
+        assert!(iter.next().is_none(), "fused");
+    }
+}
+
 #[test]
 fn invariant_4_stale_generation_events_never_touch_live_connection() {
     let (mut s, table) = sink(1);
