@@ -158,12 +158,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         }
     }
 
-    /// The steady state's input, decided without the general dispatch: an ack of some rows,
-    /// with no rotation request, on a slot's READY connection (not one half-closed). `None`
-    /// when the input is anything else, or the fast path is off; [`on_input`](Self::on_input)
-    /// then decides it, by the same rules (the testkit's differential property compares the
-    /// two, input by input).
-    pub(super) fn steady_ack(&mut self, now: Time, input: &Input<L>) -> Option<Handled> {
+    /// The steady state's input, recognised without the general dispatch: an ack of some rows,
+    /// with no rotation request, on a slot's READY connection (not one half-closed). Returns
+    /// the slot, the connection and the cumulative rows acked, for
+    /// [`steady_ack`](Self::steady_ack). `None` when the input is anything else, or the fast
+    /// path is off; [`on_input`](Self::on_input) then decides it, by the same rules (the
+    /// testkit's differential property compares the two, input by input).
+    #[inline]
+    pub(super) fn as_steady_ack(&self, input: &Input<L>) -> Option<(SlotId, ConnGen, u64)> {
         let Input::Result { conn, result } = input else {
             return None;
         };
@@ -177,12 +179,21 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             && result.close_stream_duration_ms.is_none()
             && matches!(window.phase, Phase::Ready(live) if live.conn == generation)
             && window.closing.is_none_or(|(c, _)| c != generation);
-        if !steady {
-            return None;
-        }
-        let handled = self.apply_ack(now, slot, generation, result.ack_up_to_records);
+        steady.then_some((slot, generation, result.ack_up_to_records))
+    }
+
+    /// Applies a steady state's ack ([`as_steady_ack`](Self::as_steady_ack)).
+    #[inline]
+    pub(super) fn steady_ack(
+        &mut self,
+        now: Time,
+        slot: SlotId,
+        generation: ConnGen,
+        records: u64,
+    ) -> Handled {
+        let handled = self.apply_ack(now, slot, generation, records);
         self.after_input(slot, true, generation);
-        Some(handled)
+        handled
     }
 
     /// The first response was not READY: the connection fails (retryable, as the official

@@ -494,8 +494,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// another sink) are ignored (invariant 4). Nothing it returns needs an answer: drain
     /// [`poll_output`](Self::poll_output) next, and log a [`Handled::Violation`].
     pub fn handle(&mut self, now: Time, input: Input<L>) -> Handled {
-        if let Some(handled) = self.steady_ack(now, &input) {
-            return handled;
+        if let Some((slot, generation, records)) = self.as_steady_ack(&input) {
+            return self.steady_ack(now, slot, generation, records);
         }
         self.handle_any(now, input)
     }
