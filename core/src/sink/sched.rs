@@ -76,15 +76,22 @@ impl Dirty {
     }
 }
 
+/// [`Sched::state`]: whether the fast path may be taken at all (see
+/// [`SinkCore::set_fast_path`]).
+const ENABLED: u8 = 1;
+/// [`Sched::state`]: a full pass is owed.
+const FULL: u8 = 2;
+/// [`Sched::state`]: the last full pass left the sink calm, so the fast path may be taken.
+const CALM: u8 = 4;
+/// [`Sched::state`] when the fast path runs: enabled, calm, no full pass owed.
+const FAST: u8 = ENABLED | CALM;
+
 /// The scheduler's state (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct Sched {
-    /// Whether the fast path may be taken at all (see [`SinkCore::set_fast_path`]).
-    enabled: bool,
-    /// A full pass is owed.
-    full: bool,
-    /// The last full pass left the sink calm, so the fast path may be taken.
-    calm: bool,
+    /// [`ENABLED`], [`FULL`] and [`CALM`] in one byte: the fast path is taken only when it is
+    /// exactly [`FAST`], which every `poll_output` checks with one compare.
+    state: u8,
     tables: Dirty,
     slots: Dirty,
     /// Slot deadlines, earliest first; an entry is current only while it equals `armed`.
@@ -99,9 +106,7 @@ pub(crate) struct Sched {
 impl Default for Sched {
     fn default() -> Sched {
         Sched {
-            enabled: true,
-            full: true,
-            calm: false,
+            state: ENABLED | FULL,
             tables: Dirty::default(),
             slots: Dirty::default(),
             timers: BinaryHeap::new(),
@@ -114,7 +119,19 @@ impl Default for Sched {
 impl Sched {
     /// Something changed that only a full pass may act on.
     pub(super) fn owe_full_pass(&mut self) {
-        self.full = true;
+        self.state |= FULL;
+    }
+
+    /// Whether a full pass is owed.
+    #[inline]
+    fn full(&self) -> bool {
+        self.state & FULL != 0
+    }
+
+    /// Whether the fast path may run: enabled, calm, and no full pass owed.
+    #[inline]
+    fn fast(&self) -> bool {
+        self.state == FAST
     }
 
     /// The slot was given a batch to place.
@@ -126,7 +143,7 @@ impl Sched {
     /// Whether a batch admitted for a warm table may go straight to a slot.
     #[inline]
     pub(super) fn enabled(&self) -> bool {
-        self.enabled
+        self.state & ENABLED != 0
     }
 
     /// A batch was admitted for `table` (or given to `slot`, keyed): `fast` when the table is
@@ -141,7 +158,7 @@ impl Sched {
         waiting: bool,
     ) {
         match (fast, slot) {
-            (false, _) => self.full = true,
+            (false, _) => self.owe_full_pass(),
             (true, Some(slot)) => self.slots.mark(slot),
             (true, None) if waiting => self.tables.mark(table.index()),
             (true, None) => {}
@@ -156,8 +173,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// state's acks too, goes through the general dispatch: the behaviour the fast path must
     /// reproduce, which the testkit's differential property compares it with.
     pub fn set_fast_path(&mut self, on: bool) {
-        self.sched.enabled = on;
-        self.sched.full = true;
+        let enabled = if on { ENABLED } else { 0 };
+        self.sched.state = (self.sched.state & !ENABLED) | enabled | FULL;
     }
 
     /// The READY connection of a slot, if it has one.
@@ -189,19 +206,19 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     self.sched.tables.mark(table);
                 }
             }
-            _ => self.sched.full = true,
+            _ => self.sched.owe_full_pass(),
         }
     }
 
     /// The next output on the fast path, or `None` when a full pass must run instead.
     pub(super) fn fast_output(&mut self, now: Time) -> Option<Output<L, B>> {
-        if self.sched.full || !self.sched.calm || !self.sched.enabled {
+        if !self.sched.fast() {
             return None;
         }
         let due = |at: Option<Time>| at.is_some_and(|at| at <= now);
         let mut next = self.next_timer();
         if due(next) || due(self.sched.global) {
-            self.sched.full = true;
+            self.sched.owe_full_pass();
             return None;
         }
         while let Some(table) = self.sched.tables.pop() {
@@ -214,28 +231,24 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             // checked above is at or before every other deadline: the smaller of the two is
             // still such a bound, no heap walk.
             if let Some(at) = self.arm(index) {
-                next = Some(next.map_or(at, |next| next.min(at)));
+                next = earliest(next, Some(at));
             }
             // Placing stops at a batch of another schema: the stream must drain and reopen,
             // which a full pass does.
             if self.wants_schema_switch(index) {
-                self.sched.full = true;
+                self.sched.owe_full_pass();
             }
         }
         if first.is_some() {
             return first;
         }
-        if self.sched.full {
-            return self.outputs.pop_front();
-        }
         if let Some(out) = self.outputs.pop_front() {
             return Some(out);
         }
-        let at = match (next, self.sched.global) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Some(Output::Timeout(at))
+        if self.sched.full() {
+            return None;
+        }
+        Some(Output::Timeout(earliest(next, self.sched.global)))
     }
 
     /// `Some(next deadline)` when the fast path has nothing to do and nothing is due: no full
@@ -245,9 +258,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     #[inline]
     pub(super) fn idle_until(&self, now: Time) -> Option<Option<Time>> {
         let sched = &self.sched;
-        if sched.full
-            || !sched.calm
-            || !sched.enabled
+        if !sched.fast()
             || !sched.tables.list.is_empty()
             || !sched.slots.list.is_empty()
         {
@@ -262,11 +273,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 Some(at)
             }
         };
-        match sched.global {
-            Some(global) if global <= now => None,
-            Some(global) => Some(Some(next.map_or(global, |next| next.min(global)))),
-            None => Some(next),
+        if sched.global.is_some_and(|global| global <= now) {
+            return None;
         }
+        Some(earliest(next, sched.global))
     }
 
     /// After a full pass: no marks left, the heap rebuilt, calm or not.
@@ -274,7 +284,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         self.metrics.full_passes += 1;
         let (open, ack) = (self.config.open_timeout, self.config.ack_timeout);
         let sched = &mut self.sched;
-        sched.full = false;
+        sched.state &= !FULL;
         sched.tables.reset(self.tables.len());
         sched.slots.reset(self.slots.len());
         sched.timers.clear();
@@ -297,7 +307,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 .iter()
                 .any(|t| t.status == TableStatus::Evicting)
             && self.first_waiting().is_none();
-        self.sched.calm = calm;
+        self.sched.state = (self.sched.state & !CALM) | if calm { CALM } else { 0 };
     }
 
     /// Pushes the slot's deadline if it moved earlier than its armed entry (or it had none),
@@ -328,5 +338,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             self.sched.timers.pop();
         }
+    }
+}
+
+/// The earlier of two deadlines, either of which may be absent.
+#[inline]
+fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
