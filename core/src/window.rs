@@ -261,6 +261,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
     }
 
     /// Gives the slot a batch; it is sent once the connection is ready.
+    #[inline]
     pub(crate) fn assign(&mut self, q: Queued<L, B>) -> LogicalOffset {
         let offset = LogicalOffset(self.next_offset);
         self.next_offset += 1;
@@ -379,6 +380,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
     /// Applies an ack of `up_to_records` cumulative rows on the live connection `conn`.
     /// The confirmed batches' burst is pushed straight onto `out` (built in place: a burst is
     /// moved once, not passed up through the callers).
+    #[inline]
     pub(crate) fn on_ack(
         &mut self,
         now: Time,

@@ -470,6 +470,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
 /// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
 /// of `rows`/`bytes`, as an index within the table's pool.
+#[inline]
 fn room_in<L: Lane, B: Batch>(
     t: &TableState<L, B>,
     slots: &[SlotWindow<L, B>],

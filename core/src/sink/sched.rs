@@ -187,6 +187,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
     /// After an input on `slot`'s connection `generation`: the fast path if it was an ack on a
     /// READY connection that is still READY, else a full pass.
+    #[inline]
     pub(super) fn after_input(
         &mut self,
         slot: SlotId,
