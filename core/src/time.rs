@@ -24,6 +24,14 @@ impl Time {
         Time(micros)
     }
 
+    /// `micros` microseconds after this time (saturating): `self + Duration::from_micros(micros)`
+    /// without the conversion.
+    #[must_use]
+    #[inline]
+    pub(crate) const fn plus_micros(self, micros: u64) -> Time {
+        Time(self.0.saturating_add(micros))
+    }
+
     /// A time `millis` milliseconds after the epoch (saturating).
     #[must_use]
     pub const fn from_millis(millis: u64) -> Time {

@@ -160,6 +160,26 @@ impl InFlight {
     }
 }
 
+/// A slot's two timeouts in microseconds, converted from the config's `Duration`s once rather
+/// than on every deadline (the steady state asks for one per batch).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// READY within this of opening.
+    open_us: u64,
+    /// The oldest placed batch acked within this of being sent.
+    ack_us: u64,
+}
+
+impl Timeouts {
+    pub(crate) fn new(open: Duration, ack: Duration) -> Timeouts {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        Timeouts {
+            open_us: micros(open),
+            ack_us: micros(ack),
+        }
+    }
+}
+
 pub(crate) struct SlotWindow<L: Lane, B> {
     /// The sink's identity, minted into every [`ConnId`] of the slot.
     sink: u32,
@@ -458,23 +478,23 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
 
     /// When the slot must next be looked at: READY within `open_timeout`; the oldest placed
     /// batch acked within `ack_timeout` of being sent; the end of a drain or of a backoff.
-    pub(crate) fn deadline(&self, open_timeout: Duration, ack_timeout: Duration) -> Option<Time> {
-        let phase = self.phase_deadline(open_timeout, ack_timeout);
+    pub(crate) fn deadline(&self, timeouts: Timeouts) -> Option<Time> {
+        let phase = self.phase_deadline(timeouts);
         match (phase, self.closing) {
             (Some(a), Some((_, b))) => Some(a.min(b)),
             (a, b) => a.or(b.map(|(_, at)| at)),
         }
     }
 
-    fn phase_deadline(&self, open_timeout: Duration, ack_timeout: Duration) -> Option<Time> {
+    fn phase_deadline(&self, timeouts: Timeouts) -> Option<Time> {
         match self.phase {
             Phase::Idle | Phase::Failed => None,
-            Phase::Opening { since, .. } => Some(since + open_timeout),
+            Phase::Opening { since, .. } => Some(since.plus_micros(timeouts.open_us)),
             Phase::Ready(_) => self
                 .pending
                 .front()
                 .and_then(|p| p.placed)
-                .map(|p| p.sent_at + ack_timeout),
+                .map(|p| p.sent_at.plus_micros(timeouts.ack_us)),
             Phase::Draining { until, .. } | Phase::Backoff { until } => Some(until),
         }
     }

@@ -26,7 +26,7 @@ use crate::metrics::{Metrics, Watermarks};
 use crate::sizing::SizedPool;
 use crate::table::{Route, TableSpec};
 use crate::time::Time;
-use crate::window::{InFlight, Phase, Queued, SlotWindow};
+use crate::window::{InFlight, Phase, Queued, SlotWindow, Timeouts};
 
 /// Where an admitted batch went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,8 @@ pub struct SinkCore<L: Lane, B: Batch> {
     /// This sink's identity, minted into every connection id it hands out.
     id: u32,
     config: SinkConfig,
+    /// The config's open and ack timeouts in microseconds, for the slots' deadlines.
+    timeouts: Timeouts,
     tables: Vec<TableState<L, B>>,
     slots: Vec<SlotWindow<L, B>>,
     next_conn: u64,
@@ -147,6 +149,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         Ok(SinkCore {
             id: crate::ids::next_sink(),
             jitter: Jitter::new(config.retry.jitter_seed),
+            timeouts: Timeouts::new(config.open_timeout, config.ack_timeout),
             config,
             tables: Vec::new(),
             slots: Vec::new(),

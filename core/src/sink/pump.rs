@@ -21,7 +21,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             let window = &mut self.slots[index];
             let slot = window.id();
             if window
-                .deadline(self.config.open_timeout, self.config.ack_timeout)
+                .deadline(self.timeouts)
                 .is_none_or(|at| at > now)
             {
                 continue;
@@ -39,7 +39,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             let window = &mut self.slots[index];
             if window
-                .deadline(self.config.open_timeout, self.config.ack_timeout)
+                .deadline(self.timeouts)
                 .is_none_or(|at| at > now)
             {
                 continue;
@@ -445,7 +445,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let slots = self
             .slots
             .iter()
-            .filter_map(|s| s.deadline(self.config.open_timeout, self.config.ack_timeout));
+            .filter_map(|s| s.deadline(self.timeouts));
         let work = (0..self.tables.len()).any(|i| self.has_work(i));
         let close = self.close_deadline.filter(|_| work);
         let evicting = self

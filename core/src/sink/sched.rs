@@ -283,7 +283,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// After a full pass: no marks left, the heap rebuilt, calm or not.
     pub(super) fn settle(&mut self) {
         self.metrics.full_passes += 1;
-        let (open, ack) = (self.config.open_timeout, self.config.ack_timeout);
+        let timeouts = self.timeouts;
         let sched = &mut self.sched;
         sched.state &= !FULL;
         sched.tables.reset(self.tables.len());
@@ -291,7 +291,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         sched.timers.clear();
         sched.armed.clear();
         for (index, window) in self.slots.iter().enumerate() {
-            let at = window.deadline(open, ack);
+            let at = window.deadline(timeouts);
             sched.armed.push(at);
             if let Some(at) = at {
                 sched.timers.push(Reverse((at, index)));
@@ -315,7 +315,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// and returns the slot's deadline.
     fn arm(&mut self, index: usize) -> Option<Time> {
         let window = self.slots.get(index)?;
-        let at = window.deadline(self.config.open_timeout, self.config.ack_timeout)?;
+        let at = window.deadline(self.timeouts)?;
         let armed = self.sched.armed.get_mut(index)?;
         if armed.is_none_or(|armed| at < armed) {
             *armed = Some(at);
