@@ -49,8 +49,6 @@ impl PutResultMeta {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-// A one-byte tag of its own, as `Output` has (see there).
-#[repr(u8)]
 pub enum Input<L: Lane> {
     /// A `PutResult` arrived and its metadata parsed.
     Result {
@@ -138,8 +136,6 @@ impl<L: Lane> Input<L> {
 /// caller to act: outputs do that. A driver logs [`Handled::Violation`] and may count the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-// A one-byte tag of its own, as `Output` has (see there).
-#[repr(u8)]
 pub enum Handled {
     /// The input changed the sink's state (drain outputs).
     Applied,
@@ -184,10 +180,6 @@ pub enum Ignored {
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
 #[must_use = "outputs are effects the driver must perform"]
 #[non_exhaustive]
-// A one-byte tag of its own rather than a niche in a field (the enum grows from 120 to 128
-// bytes): telling the variants apart is one byte compare, in the core and in every caller's
-// match, on every call of the steady state (docs/performance.md).
-#[repr(u8)]
 pub enum Output<L: Lane, B: Batch> {
     /// Open a connection (one `DoPut`) for the slot; report every `PutResult` on it as an
     /// [`Input::Result`] (READY first).
@@ -328,8 +320,6 @@ pub struct Confirmed<L: Lane> {
 
 /// A burst's confirmations: one inline (an ack that confirms one batch allocates nothing), or
 /// several in a vector sized once.
-// A one-byte tag of its own, as `Output` has (see there).
-#[repr(u8)]
 pub(crate) enum Items<L: Lane> {
     One(Confirmation<L>),
     Many(Vec<Confirmation<L>>),
@@ -401,8 +391,6 @@ impl<L: Lane> IntoIterator for Confirmed<L> {
 /// The confirmations of a [`Confirmed`] burst, in offset order (its `into_iter`).
 pub struct ConfirmedIter<L: Lane>(IterItems<L>);
 
-// A one-byte tag of its own, as `Output` has (see there).
-#[repr(u8)]
 enum IterItems<L: Lane> {
     One(Option<Confirmation<L>>),
     Many(vec::IntoIter<Confirmation<L>>),

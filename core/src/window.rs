@@ -209,8 +209,6 @@ pub(crate) struct SlotWindow<L: Lane, B> {
 }
 
 /// The outcome of an ack.
-// A one-byte tag of its own, as `Output` has (see there, event.rs).
-#[repr(u8)]
 pub(crate) enum AckOutcome {
     /// Nothing new became durable.
     Nothing(Ignored),

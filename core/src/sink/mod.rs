@@ -39,8 +39,6 @@ pub struct Admitted {
 
 /// A table's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
-// A one-byte tag of its own, as `Output` has (see there, event.rs).
-#[repr(u8)]
 pub(crate) enum TableStatus {
     /// No streams: never written, or evicted.
     Cold,
