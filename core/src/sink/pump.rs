@@ -20,10 +20,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         for index in 0..self.slots.len() {
             let window = &mut self.slots[index];
             let slot = window.id();
-            if window
-                .deadline(self.timeouts)
-                .is_none_or(|at| at > now)
-            {
+            if window.deadline(self.timeouts).is_none_or(|at| at > now) {
                 continue;
             }
             // A half-closed call that has not ended within its drain window is cut.
@@ -38,10 +35,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 });
             }
             let window = &mut self.slots[index];
-            if window
-                .deadline(self.timeouts)
-                .is_none_or(|at| at > now)
-            {
+            if window.deadline(self.timeouts).is_none_or(|at| at > now) {
                 continue;
             }
             match window.phase {
@@ -442,10 +436,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// and, while a table waits for streams that the cap holds, the moment a warm table becomes
     /// evictable (without it a driver that sleeps until the next deadline would sleep for ever).
     pub(super) fn next_deadline(&self, now: Time) -> Option<Time> {
-        let slots = self
-            .slots
-            .iter()
-            .filter_map(|s| s.deadline(self.timeouts));
+        let slots = self.slots.iter().filter_map(|s| s.deadline(self.timeouts));
         let work = (0..self.tables.len()).any(|i| self.has_work(i));
         let close = self.close_deadline.filter(|_| work);
         let evicting = self

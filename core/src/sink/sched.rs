@@ -259,10 +259,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     #[inline]
     pub(super) fn idle_until(&self, now: Time) -> Option<Option<Time>> {
         let sched = &self.sched;
-        if !sched.fast()
-            || !sched.tables.list.is_empty()
-            || !sched.slots.list.is_empty()
-        {
+        if !sched.fast() || !sched.tables.list.is_empty() || !sched.slots.list.is_empty() {
             return None;
         }
         let next = match sched.timers.peek() {
