@@ -30,6 +30,11 @@
 //! named as `limits/durability ms/tables x streams/rows`, comma-separated (e.g.
 //! `quotas/0/1x1/1000,none/0/50x1/1000`), and `ZEROBUS_BENCH_CLIENTS` the clients (`ours`,
 //! `official`, `bare`, comma-separated); a client left out shows `-`.
+//!
+//! The bare client has no window: it encodes and queues a whole run ahead of its acks, so under
+//! limits it encodes back to back while the others encode as acks free room. To compare it
+//! paced as the others are, `ZEROBUS_BENCH_BARE_WINDOW` holds its rows sent and not yet acked
+//! per stream to that many (e.g. 50000, ours' default), waiting for acks before encoding more.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -358,9 +363,18 @@ fn ack_rows(metadata: &[u8]) -> (i64, u64) {
     )
 }
 
+/// The bare client's window: rows sent and not yet acked per stream, at most
+/// (`ZEROBUS_BENCH_BARE_WINDOW`; `None`, the default: no window).
+fn bare_window() -> Option<u64> {
+    std::env::var("ZEROBUS_BENCH_BARE_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
 /// `streams` DoPut calls per table, each in its own task.
 async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
     let schema = pool[0].schema();
+    let window = bare_window();
     let mut lanes = Vec::new();
     for (table, _) in names("bare", tables)
         .into_iter()
@@ -396,9 +410,12 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
             .map(|i| pool[i % pool.len()].clone())
             .collect();
         let rows: u64 = mine.iter().map(|b| b.num_rows() as u64).sum();
+        let (acked_tx, mut acked) = tokio::sync::watch::channel(0u64);
         let reader = tokio::spawn(async move {
             while let Some(ack) = acks.message().await.expect("ack") {
-                if ack_rows(&ack.app_metadata).1 >= rows {
+                let durable = ack_rows(&ack.app_metadata).1;
+                acked_tx.send_replace(durable);
+                if durable >= rows {
                     return;
                 }
             }
@@ -408,7 +425,17 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
             let options = ipc_options();
             let generator = IpcDataGenerator::default();
             let mut context = IpcWriteContext::default();
+            let mut sent = 0u64;
             for (offset, b) in mine.iter().enumerate() {
+                if let Some(window) = window {
+                    let room =
+                        |acked: &u64| sent - acked.min(&sent) + b.num_rows() as u64 <= window;
+                    acked
+                        .wait_for(|a| room(a) || *a >= sent)
+                        .await
+                        .expect("acks");
+                }
+                sent += b.num_rows() as u64;
                 let (_, encoded) = generator
                     .encode(
                         b,
@@ -548,8 +575,9 @@ fn main() {
         "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare)"
     );
     println!(
-        "each client at its defaults; ours: window {:?}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
-        WindowLimits::default()
+        "each client at its defaults; ours: window {:?}; bare: window {}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
+        WindowLimits::default(),
+        bare_window().map_or("none".into(), |w| format!("{w} rows")),
     );
     println!(
         "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare | emulator CPU ms/MB serving ours / official / bare | context switches per batch ours / official / bare |"
