@@ -61,8 +61,16 @@ impl Add<Duration> for Time {
     type Output = Time;
     #[inline]
     fn add(self, rhs: Duration) -> Time {
-        let micros = u64::try_from(rhs.as_micros()).unwrap_or(u64::MAX);
-        Time(self.0.saturating_add(micros))
+        self.plus_micros(Time::from_duration(rhs).as_micros())
+    }
+}
+
+/// The earlier of two deadlines, either of which may be absent.
+#[inline]
+pub(crate) fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

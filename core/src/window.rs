@@ -20,7 +20,7 @@ use crate::event::{Confirmed, Failed, FailedBatch, Items, Output, Transmit};
 use crate::ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
-use crate::time::Time;
+use crate::time::{Time, earliest};
 
 /// A batch admitted for a table and not yet given to a slot.
 pub(crate) struct Queued<L: Lane, B> {
@@ -172,10 +172,9 @@ pub(crate) struct Timeouts {
 
 impl Timeouts {
     pub(crate) fn new(open: Duration, ack: Duration) -> Timeouts {
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         Timeouts {
-            open_us: micros(open),
-            ack_us: micros(ack),
+            open_us: Time::from_duration(open).as_micros(),
+            ack_us: Time::from_duration(ack).as_micros(),
         }
     }
 }
@@ -477,11 +476,10 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
     /// When the slot must next be looked at: READY within `open_timeout`; the oldest placed
     /// batch acked within `ack_timeout` of being sent; the end of a drain or of a backoff.
     pub(crate) fn deadline(&self, timeouts: Timeouts) -> Option<Time> {
-        let phase = self.phase_deadline(timeouts);
-        match (phase, self.closing) {
-            (Some(a), Some((_, b))) => Some(a.min(b)),
-            (a, b) => a.or(b.map(|(_, at)| at)),
-        }
+        earliest(
+            self.phase_deadline(timeouts),
+            self.closing.map(|(_, at)| at),
+        )
     }
 
     fn phase_deadline(&self, timeouts: Timeouts) -> Option<Time> {

@@ -35,7 +35,7 @@ use crate::batch::Batch;
 use crate::event::Output;
 use crate::ids::{SlotId, TableId};
 use crate::lane::Lane;
-use crate::time::Time;
+use crate::time::{Time, earliest};
 use crate::window::Phase;
 
 use super::{SinkCore, TableStatus};
@@ -336,14 +336,5 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             self.sched.timers.pop();
         }
-    }
-}
-
-/// The earlier of two deadlines, either of which may be absent.
-#[inline]
-fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
