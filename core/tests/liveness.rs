@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use zerobus_sink::{
-    Code, ConnId, Derived, Handled, Ignored, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore,
-    StreamError, TableId, TableSpec, Time, Token,
+    Code, ConnId, Derived, Handled, Ignored, Input, Output, PoolSizing, Raw, SchemaId, SinkConfig,
+    SinkCore, StreamError, TableId, TableSpec, Time, Token,
 };
 
 /// Two tables of two slots under a cap of two streams, default config otherwise.
@@ -472,5 +472,154 @@ fn the_first_response_decides_ready_by_its_offset_alone() {
     assert!(
         failed(drain_raw(&mut s, t(0))).is_empty(),
         "nothing handed back"
+    );
+}
+
+/// Drives `s` as a driver that sleeps until each deadline it is given: polls at `now`, and on
+/// `Timeout(Some(at))` moves to `at`, until `wanted` holds of the sink and the outputs of that
+/// wake-up; returns when it did, or `None` if the sink named no deadline first (or after 100
+/// wake-ups).
+fn when_due(
+    s: &mut Sink,
+    mut now: Time,
+    wanted: impl Fn(&Sink, &[String]) -> bool,
+) -> Option<Time> {
+    for _ in 0..100 {
+        let mut seen = Vec::new();
+        let next = timeout(s, now, &mut seen);
+        if wanted(s, &seen) {
+            return Some(now);
+        }
+        now = next?;
+    }
+    None
+}
+
+#[test]
+fn a_named_deadline_is_the_earliest_of_what_is_due_never_a_later_one() {
+    // "Early, never late" (`Output::Timeout`), with two deadlines at once where the core
+    // combines them. A driver that sleeps until the named time must see each timer fire at
+    // its own time, not at the later one's.
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap();
+    let due = t(ms(SinkConfig::default().ack_timeout));
+    let timed_out = |s: &Sink, _: &[String]| s.metrics().ack_timeouts == 1;
+
+    // Two slots in the steady state (the fast path: both streams open, one batch acked on
+    // each): a batch on one slot at 1 s, due at 61 s, and one on the other at 2 s, due at 62 s.
+    let (mut s, table) = sink(2);
+    s.submit(t(0), table, vec![0u8; 6], token(0)).unwrap();
+    s.submit(t(0), table, vec![0u8; 6], token(1)).unwrap();
+    let warm = sends(&drain(&mut s, t(0)));
+    assert_eq!(warm.len(), 2, "both slots open and send: {warm:?}");
+    for &(_, conn, ..) in &warm {
+        ack(&mut s, t(5), conn, 6);
+    }
+    assert_eq!(confirmed_positions(drain(&mut s, t(5))).len(), 2);
+    s.submit(t(1_000), table, vec![0u8; 6], token(2)).unwrap();
+    let first = sends(&drain(&mut s, t(1_000)));
+    s.submit(t(2_000), table, vec![0u8; 6], token(3)).unwrap();
+    let mut seen = Vec::new();
+    let named = timeout(&mut s, t(2_000), &mut seen);
+    assert!(
+        seen.len() == 1
+            && seen[0].starts_with("Send(")
+            && !seen[0].contains(&first[0].1.to_string()),
+        "the second batch sent on the other slot: {seen:?}"
+    );
+    assert!(
+        named.is_some_and(|at| at <= due + Duration::from_secs(1)),
+        "Timeout({named:?}) after the first batch's ack timeout at 61 s"
+    );
+    let passes = s.metrics().full_passes;
+    let fired = when_due(&mut s, t(2_000), |s, _| s.metrics().ack_timeouts >= 1);
+    assert_eq!(
+        fired,
+        Some(due + Duration::from_secs(1)),
+        "the first batch's ack timeout at 61 s, not the second's at 62 s"
+    );
+    assert!(s.metrics().full_passes > passes);
+
+    // A sink-wide timer (asking a catalog again after `reconcile_timeout`, 120 s) beside a
+    // slot's ack timeouts: a provisioned table serving schema 1 with two batches in flight
+    // (sent at 0 and 0.5 s, due at 60 and 60.5 s), then a batch of schema 2 whose reconcile
+    // is asked at 1 s and never answered, then the first batch acked at 2 s.
+    let mut config = SinkConfig::default();
+    config.retry.jitter = 0.0;
+    let mut s = SinkCore::new(config).unwrap();
+    let spec = TableSpec::new("main.bronze.orders").sizing(PoolSizing::fixed(1));
+    let table = s.add_table(spec.reconciled()).unwrap();
+    let schema_1 = table.schema(SchemaId(1));
+    s.submit(t(0), schema_1, vec![1u8; 5], token(1)).unwrap();
+    let _ = drain(&mut s, t(0));
+    s.reconciled(t(0), table, SchemaId(1), Ok(()));
+    let (_, conn, ..) = sends(&drain(&mut s, t(0)))[0];
+    s.submit(t(500), schema_1, vec![1u8; 5], token(2)).unwrap();
+    assert_eq!(sends(&drain(&mut s, t(500))).len(), 1);
+    s.submit(t(1_000), table.schema(SchemaId(2)), vec![2u8; 5], token(3))
+        .unwrap();
+    let mut seen = Vec::new();
+    let named = timeout(&mut s, t(1_000), &mut seen);
+    assert!(
+        seen.iter().any(|l| l.starts_with("Reconcile(")),
+        "schema 2 asked for: {seen:?}"
+    );
+    assert!(
+        named.is_some_and(|at| at <= due),
+        "Timeout({named:?}) after the first ack timeout at 60 s"
+    );
+    ack(&mut s, t(2_000), conn, 5);
+    let mut seen = Vec::new();
+    let named = timeout(&mut s, t(2_000), &mut seen);
+    assert_eq!(seen.len(), 1, "the first batch confirmed: {seen:?}");
+    let second_due = due + Duration::from_millis(500);
+    assert!(
+        named.is_some_and(|at| at <= second_due),
+        "Timeout({named:?}) after the second batch's ack timeout at 60.5 s"
+    );
+    assert_eq!(when_due(&mut s, t(2_000), timed_out), Some(second_due));
+
+    // One slot, two deadlines: a stream that stopped acking drains, is acked in full and is
+    // half-closed to reconnect; the half-closed call is cut 500 ms later (PROTOCOL.md A.6)
+    // while the slot's backoff runs 2 s.
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 6], token(1)).unwrap();
+    let (_, conn, ..) = sends(&drain(&mut s, t(0)))[0];
+    assert_eq!(when_due(&mut s, t(0), timed_out), Some(due));
+    let acked = due + Duration::from_millis(100);
+    ack(&mut s, acked, conn, 6);
+    let mut seen = Vec::new();
+    let _ = timeout(&mut s, acked, &mut seen);
+    let half = format!("Close({conn}, graceful: true)");
+    assert!(seen.contains(&half), "drained and half-closed: {seen:?}");
+    let cut = format!("Close({conn}, graceful: false)");
+    let at = when_due(&mut s, acked, |_, seen| seen.contains(&cut));
+    assert_eq!(
+        at,
+        Some(acked + Duration::from_millis(500)),
+        "the half-closed call cut at 500 ms, not at the end of the 2 s backoff"
+    );
+
+    // The sink's close deadline before a slot's ack timeout.
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 6], token(1)).unwrap();
+    assert_eq!(sends(&drain(&mut s, t(0))).len(), 1);
+    s.close(t(0), t(1_000));
+    let handed_back = |_: &Sink, seen: &[String]| seen.iter().any(|l| l.starts_with("Failed("));
+    let at = when_due(&mut s, t(0), handed_back);
+    assert_eq!(
+        at,
+        Some(t(1_000)),
+        "the unacked batch handed back at the close deadline"
+    );
+
+    // And a slot's ack timeout before a far close deadline.
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 6], token(1)).unwrap();
+    assert_eq!(sends(&drain(&mut s, t(0))).len(), 1);
+    s.close(t(0), due + Duration::from_secs(60));
+    assert_eq!(
+        when_due(&mut s, t(0), timed_out),
+        Some(due),
+        "the ack timeout at 60 s"
     );
 }
