@@ -414,7 +414,9 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         let reader = tokio::spawn(async move {
             while let Some(ack) = acks.message().await.expect("ack") {
                 let durable = ack_rows(&ack.app_metadata).1;
-                acked_tx.send_replace(durable);
+                if window.is_some() {
+                    acked_tx.send_replace(durable);
+                }
                 if durable >= rows {
                     return;
                 }
