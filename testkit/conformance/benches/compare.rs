@@ -430,10 +430,12 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
             let mut sent = 0u64;
             for (offset, b) in mine.iter().enumerate() {
                 if let Some(window) = window {
-                    let room =
-                        |acked: &u64| sent - acked.min(&sent) + b.num_rows() as u64 <= window;
+                    // Room for this batch, or nothing in flight (a batch above the window).
+                    let in_flight = |acked: &u64| sent.saturating_sub(*acked);
                     acked
-                        .wait_for(|a| room(a) || *a >= sent)
+                        .wait_for(|a| {
+                            in_flight(a) + b.num_rows() as u64 <= window || in_flight(a) == 0
+                        })
                         .await
                         .expect("acks");
                 }
