@@ -19,7 +19,12 @@
 //!   at 10,000-row batches, too short to tell a window from its ramp); the emulator keeps no
 //!   batches.
 //! - then many tables: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream each, 1,000-row
-//!   batches in turn, through one sink here and one client stream object per table there.
+//!   batches in turn, through one sink here and one client stream object per table there. Ours
+//!   is always fed by one task (a sink has one handle). The others are fed first as at their
+//!   best, a task per stream with its share of the batches (the source split by table before
+//!   it reaches them), then (cells named `.../one`, "one source") by one task handing every
+//!   client the same batches in the same order, as one source of rows for many tables would.
+//!   `ZEROBUS_BENCH_RUN` (default 1) is how many batches in a row that source gives one table.
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-conformance --bench compare
@@ -182,6 +187,17 @@ fn listed(name: &str) -> Option<Vec<String>> {
     Some(value.split(',').map(|v| v.trim().to_owned()).collect())
 }
 
+/// Who hands the clients their batches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Each of the other clients' streams has a task with its share of the batches (their best
+    /// case: the source split by table before it reaches them); ours has one handle, one task.
+    Split,
+    /// One task hands every client's batches over in the same order, as one source (a topic
+    /// with rows for many tables) would: batch `i` to table `(i / ZEROBUS_BENCH_RUN) % tables`.
+    One,
+}
+
 struct Cell {
     limits: bool,
     latency_ms: u64,
@@ -189,14 +205,21 @@ struct Cell {
     streams: u16,
     rows: i64,
     tables: usize,
+    source: Source,
 }
 
 impl Cell {
-    /// The cell's name for `ZEROBUS_BENCH_CELLS`: `limits/durability ms/tables x streams/rows`.
+    /// The cell's name for `ZEROBUS_BENCH_CELLS`: `limits/durability ms/tables x streams/rows`,
+    /// and `/one` when one task feeds every client.
     fn name(&self) -> String {
         let limits = if self.limits { "quotas" } else { "none" };
+        let one = if self.source == Source::One {
+            "/one"
+        } else {
+            ""
+        };
         format!(
-            "{limits}/{}/{}x{}/{}",
+            "{limits}/{}/{}x{}/{}{one}",
             self.latency_ms, self.tables, self.streams, self.rows
         )
     }
@@ -219,6 +242,21 @@ fn count(cell: &Cell) -> usize {
     usize::try_from(rows / cell.rows.unsigned_abs())
         .unwrap_or(1)
         .max(1)
+}
+
+/// How many batches in a row one source hands to the same table (`ZEROBUS_BENCH_RUN`, default
+/// 1: each batch to the next table).
+fn run_length() -> usize {
+    std::env::var("ZEROBUS_BENCH_RUN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The lane (of `lanes`) that one source hands batch `i` to.
+fn lane_of(i: usize, run: usize, lanes: usize) -> usize {
+    (i / run) % lanes
 }
 
 /// Table names: one table for the cells, `tables` of them for the many-tables runs.
@@ -261,12 +299,17 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let run = run_length();
     let (used, served) = usage();
     let started = Instant::now();
     for i in 0..n {
         let b = pool[i % pool.len()].clone();
         let _receipt = sink
-            .send(ids[i % tables], b, Token::raw("bench", 0, i as i64))
+            .send(
+                ids[lane_of(i, run, tables)],
+                b,
+                Token::raw("bench", 0, i as i64),
+            )
             .await
             .expect("send");
     }
@@ -280,9 +323,15 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     run
 }
 
-/// `streams` client streams per table, each in its own task (the client's stream object is
-/// one table's); batch `i` goes to lane `i % lanes`.
-async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
+/// `streams` client streams per table (the client's stream object is one table's): batch `i`
+/// goes to lane `i % lanes`, each lane fed by a task of its own ([`Source::Split`]), or every
+/// lane by one task in the source's order ([`lane_of`], [`Source::One`]).
+async fn official(
+    url: String,
+    (streams, tables, source): (u16, usize, Source),
+    pool: &[RecordBatch],
+    n: usize,
+) -> Run {
     let schema = pool[0].schema();
     let sdk = Arc::new(
         ZerobusSdk::builder()
@@ -307,6 +356,26 @@ async fn official(url: String, streams: u16, tables: usize, pool: &[RecordBatch]
     }
     let (used, served) = usage();
     let started = Instant::now();
+    if source == Source::One {
+        let run = run_length();
+        for i in 0..n {
+            let b = pool[i % pool.len()].clone();
+            let lane = &lanes[lane_of(i, run, lanes.len())];
+            lane.ingest_batch(b).await.expect("ingest");
+        }
+        for lane in &lanes {
+            lane.flush().await.expect("flush");
+        }
+        let run = Run {
+            took: started.elapsed(),
+            used: usage_of(CLIENT) - used,
+            served: usage_of(EMULATOR) - served,
+        };
+        for mut lane in lanes {
+            lane.close().await.expect("close");
+        }
+        return run;
+    }
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
     for (lane, stream) in lanes.into_iter().enumerate() {
@@ -371,8 +440,29 @@ fn bare_window() -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// `streams` DoPut calls per table, each in its own task.
-async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n: usize) -> Run {
+/// A bare lane's batches: its share, or what the one source hands it.
+enum Feed {
+    Share(std::vec::IntoIter<RecordBatch>),
+    Handed(tokio::sync::mpsc::Receiver<RecordBatch>),
+}
+
+impl Feed {
+    async fn next(&mut self) -> Option<RecordBatch> {
+        match self {
+            Feed::Share(batches) => batches.next(),
+            Feed::Handed(rx) => rx.recv().await,
+        }
+    }
+}
+
+/// `streams` DoPut calls per table, each in its own task, with its share of the batches
+/// ([`Source::Split`]) or handed them by one task in the source's order ([`Source::One`]).
+async fn bare(
+    url: String,
+    (streams, tables, source): (u16, usize, Source),
+    pool: &[RecordBatch],
+    n: usize,
+) -> Run {
     let schema = pool[0].schema();
     let window = bare_window();
     let mut lanes = Vec::new();
@@ -404,12 +494,34 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
-    for (lane, (tx, mut acks)) in lanes.into_iter().enumerate() {
-        let mine: Vec<RecordBatch> = (lane..n)
-            .step_by(lanes_n)
-            .map(|i| pool[i % pool.len()].clone())
-            .collect();
-        let rows: u64 = mine.iter().map(|b| b.num_rows() as u64).sum();
+    let run = run_length();
+    // Each lane's batches, by index into the pool, and the senders of the lanes the one source
+    // feeds.
+    let mut shares: Vec<Vec<usize>> = vec![Vec::new(); lanes_n];
+    for i in 0..n {
+        let lane = match source {
+            Source::Split => i % lanes_n,
+            Source::One => lane_of(i, run, lanes_n),
+        };
+        shares[lane].push(i % pool.len());
+    }
+    let mut handers = Vec::new();
+    for (share, (tx, mut acks)) in shares.into_iter().zip(lanes) {
+        let rows: u64 = share.iter().map(|&p| pool[p].num_rows() as u64).sum();
+        let mut feed = match source {
+            Source::Split => Feed::Share(
+                share
+                    .into_iter()
+                    .map(|p| pool[p].clone())
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+            Source::One => {
+                let (hand, handed) = tokio::sync::mpsc::channel(1_000);
+                handers.push(hand);
+                Feed::Handed(handed)
+            }
+        };
         let (acked_tx, mut acked) = tokio::sync::watch::channel(0u64);
         let reader = tokio::spawn(async move {
             while let Some(ack) = acks.message().await.expect("ack") {
@@ -428,7 +540,8 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
             let generator = IpcDataGenerator::default();
             let mut context = IpcWriteContext::default();
             let mut sent = 0u64;
-            for (offset, b) in mine.iter().enumerate() {
+            let mut offset = 0u64;
+            while let Some(b) = feed.next().await {
                 if let Some(window) = window {
                     // Room for this batch, or nothing in flight (a batch above the window).
                     let in_flight = |acked: &u64| sent.saturating_sub(*acked);
@@ -442,7 +555,7 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
                 sent += b.num_rows() as u64;
                 let (_, encoded) = generator
                     .encode(
-                        b,
+                        &b,
                         &mut DictionaryTracker::new(false),
                         &options,
                         &mut context,
@@ -451,11 +564,19 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
                 let message = FlightData::from(encoded)
                     .with_app_metadata(format!("{{\"offset_id\":{offset}}}").into_bytes());
                 tx.send(message).await.expect("send");
+                offset += 1;
             }
             reader.await.expect("acks");
             drop(tx);
         }));
     }
+    if source == Source::One {
+        for i in 0..n {
+            let hand = &handers[lane_of(i, run, lanes_n)];
+            hand.send(pool[i % pool.len()].clone()).await.expect("hand");
+        }
+    }
+    drop(handers);
     for t in tasks {
         t.await.expect("lane");
     }
@@ -469,13 +590,14 @@ async fn bare(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
 fn run(client: Client, client_rt: &Runtime, url: &str, cell: &Cell, pool: &[RecordBatch]) -> Run {
     let n = count(cell);
     let (url, pool, streams, tables) = (url.to_string(), pool.to_vec(), cell.streams, cell.tables);
+    let shape = (streams, tables, cell.source);
     client_rt
         .block_on(async move {
             tokio::spawn(async move {
                 match client {
                     Client::Ours => ours(url, streams, tables, &pool, n).await,
-                    Client::Official => official(url, streams, tables, &pool, n).await,
-                    Client::Bare => bare(url, streams, tables, &pool, n).await,
+                    Client::Official => official(url, shape, &pool, n).await,
+                    Client::Bare => bare(url, shape, &pool, n).await,
                 }
             })
             .await
@@ -540,25 +662,30 @@ fn main() {
                         streams: s,
                         rows,
                         tables: 1,
+                        source: Source::Split,
                     });
                 }
             }
         }
     }
     // Many tables through one sink: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream
-    // each, 1,000-row batches spread over them in turn.
+    // each, 1,000-row batches spread over them in turn, the other clients' streams each fed by
+    // a task of its own, then every client fed by one task.
     let tables = std::env::var("ZEROBUS_BENCH_TABLES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
-    for (limits, latency_ms) in [(false, 0), (true, 200)] {
-        cells.push(Cell {
-            limits,
-            latency_ms,
-            streams: 1,
-            rows: 1_000,
-            tables,
-        });
+    for source in [Source::Split, Source::One] {
+        for (limits, latency_ms) in [(false, 0), (true, 200)] {
+            cells.push(Cell {
+                limits,
+                latency_ms,
+                streams: 1,
+                rows: 1_000,
+                tables,
+                source,
+            });
+        }
     }
     if let Some(keep) = listed("ZEROBUS_BENCH_CELLS") {
         cells.retain(|c| keep.contains(&c.name()));
@@ -633,11 +760,16 @@ fn main() {
         };
         let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {} x {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
             cell.streams,
+            if cell.source == Source::One {
+                ", one source"
+            } else {
+                ""
+            },
             cell.rows,
             fmt(rates[0]),
             fmt(rates[1]),
