@@ -25,6 +25,9 @@
 //!   it reaches them), then (cells named `.../one`, "one source") by one task handing every
 //!   client the same batches in the same order, as one source of rows for many tables would.
 //!   `ZEROBUS_BENCH_RUN` (default 1) is how many batches in a row that source gives one table.
+//!   `ZEROBUS_BENCH_SOURCE=one` feeds the single-table cells by one source too, named
+//!   `.../one`: the other clients' streams in turn (`ZEROBUS_BENCH_RUN` batches to each), ours
+//!   through its one handle as always.
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-conformance --bench compare
@@ -356,52 +359,49 @@ async fn official(
     }
     let (used, served) = usage();
     let started = Instant::now();
-    if source == Source::One {
-        let run = run_length();
-        for i in 0..n {
-            let b = pool[i % pool.len()].clone();
-            let lane = &lanes[lane_of(i, run, lanes.len())];
-            lane.ingest_batch(b).await.expect("ingest");
-        }
-        for lane in &lanes {
-            lane.flush().await.expect("flush");
-        }
-        let run = Run {
-            took: started.elapsed(),
-            used: usage_of(CLIENT) - used,
-            served: usage_of(EMULATOR) - served,
-        };
-        for mut lane in lanes {
-            lane.close().await.expect("close");
-        }
-        return run;
-    }
-    let mut tasks = Vec::new();
-    let lanes_n = lanes.len();
-    for (lane, stream) in lanes.into_iter().enumerate() {
-        let mine: Vec<RecordBatch> = (lane..n)
-            .step_by(lanes_n)
-            .map(|i| pool[i % pool.len()].clone())
-            .collect();
-        tasks.push(tokio::spawn(async move {
-            for b in mine {
-                stream.ingest_batch(b).await.expect("ingest");
+    let lanes = match source {
+        Source::One => {
+            let run = run_length();
+            for i in 0..n {
+                let b = pool[i % pool.len()].clone();
+                let lane = &lanes[lane_of(i, run, lanes.len())];
+                lane.ingest_batch(b).await.expect("ingest");
             }
-            stream.flush().await.expect("flush");
-            stream
-        }));
-    }
-    let mut streams_back = Vec::new();
-    for t in tasks {
-        streams_back.push(t.await.expect("task"));
-    }
+            for lane in &lanes {
+                lane.flush().await.expect("flush");
+            }
+            lanes
+        }
+        Source::Split => {
+            let mut tasks = Vec::new();
+            let lanes_n = lanes.len();
+            for (lane, stream) in lanes.into_iter().enumerate() {
+                let mine: Vec<RecordBatch> = (lane..n)
+                    .step_by(lanes_n)
+                    .map(|i| pool[i % pool.len()].clone())
+                    .collect();
+                tasks.push(tokio::spawn(async move {
+                    for b in mine {
+                        stream.ingest_batch(b).await.expect("ingest");
+                    }
+                    stream.flush().await.expect("flush");
+                    stream
+                }));
+            }
+            let mut streams_back = Vec::new();
+            for t in tasks {
+                streams_back.push(t.await.expect("task"));
+            }
+            streams_back
+        }
+    };
     let run = Run {
         took: started.elapsed(),
         used: usage_of(CLIENT) - used,
         served: usage_of(EMULATOR) - served,
     };
-    for mut s in streams_back {
-        s.close().await.expect("close");
+    for mut lane in lanes {
+        lane.close().await.expect("close");
     }
     run
 }
@@ -648,6 +648,12 @@ fn main() {
     } else {
         (&[1, 2, 4, 8], &[100, 1_000, 10_000], &[0, 50, 200])
     };
+    // The single-table cells' source: split unless `ZEROBUS_BENCH_SOURCE=one`.
+    let source = match std::env::var("ZEROBUS_BENCH_SOURCE").as_deref() {
+        Ok("one") => Source::One,
+        Ok("split") | Err(_) => Source::Split,
+        Ok(other) => panic!("ZEROBUS_BENCH_SOURCE is split or one, not {other:?}"),
+    };
     let mut cells = Vec::new();
     for &latency_ms in latencies {
         for limits in [true, false] {
@@ -662,7 +668,7 @@ fn main() {
                         streams: s,
                         rows,
                         tables: 1,
-                        source: Source::Split,
+                        source,
                     });
                 }
             }
