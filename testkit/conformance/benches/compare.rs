@@ -197,7 +197,8 @@ enum Source {
     /// case: the source split by table before it reaches them); ours has one handle, one task.
     Split,
     /// One task hands every client's batches over in the same order, as one source (a topic
-    /// with rows for many tables) would: batch `i` to table `(i / ZEROBUS_BENCH_RUN) % tables`.
+    /// with rows for many tables) would: batch `i` to lane `(i / ZEROBUS_BENCH_RUN) % lanes`
+    /// ([`lane_of`]; a lane is a table's stream, ours' lanes its tables).
     One,
 }
 
