@@ -263,6 +263,20 @@ fn lane_of(i: usize, run: usize, lanes: usize) -> usize {
     (i / run) % lanes
 }
 
+/// Each lane's batches of a run of `n`, as indices into a pool of `pool` batches: batch `i`
+/// to lane `i % lanes` ([`Source::Split`]), or as one source hands them ([`lane_of`]).
+fn shares(source: Source, n: usize, pool: usize, lanes: usize) -> Vec<Vec<usize>> {
+    let run = match source {
+        Source::Split => 1,
+        Source::One => run_length(),
+    };
+    let mut shares = vec![Vec::new(); lanes];
+    for i in 0..n {
+        shares[lane_of(i, run, lanes)].push(i % pool);
+    }
+    shares
+}
+
 /// Table names: one table for the cells, `tables` of them for the many-tables runs.
 fn names(prefix: &str, tables: usize) -> Vec<String> {
     (0..tables)
@@ -375,12 +389,9 @@ async fn official(
         }
         Source::Split => {
             let mut tasks = Vec::new();
-            let lanes_n = lanes.len();
-            for (lane, stream) in lanes.into_iter().enumerate() {
-                let mine: Vec<RecordBatch> = (lane..n)
-                    .step_by(lanes_n)
-                    .map(|i| pool[i % pool.len()].clone())
-                    .collect();
+            let shares = shares(Source::Split, n, pool.len(), lanes.len());
+            for (share, stream) in shares.into_iter().zip(lanes) {
+                let mine: Vec<RecordBatch> = share.into_iter().map(|p| pool[p].clone()).collect();
                 tasks.push(tokio::spawn(async move {
                     for b in mine {
                         stream.ingest_batch(b).await.expect("ingest");
@@ -495,19 +506,12 @@ async fn bare(
     let started = Instant::now();
     let mut tasks = Vec::new();
     let lanes_n = lanes.len();
-    let run = run_length();
-    // Each lane's batches, by index into the pool, and the senders of the lanes the one source
-    // feeds.
-    let mut shares: Vec<Vec<usize>> = vec![Vec::new(); lanes_n];
-    for i in 0..n {
-        let lane = match source {
-            Source::Split => i % lanes_n,
-            Source::One => lane_of(i, run, lanes_n),
-        };
-        shares[lane].push(i % pool.len());
-    }
+    // The senders of the lanes the one source feeds.
     let mut handers = Vec::new();
-    for (share, (tx, mut acks)) in shares.into_iter().zip(lanes) {
+    for (share, (tx, mut acks)) in shares(source, n, pool.len(), lanes_n)
+        .into_iter()
+        .zip(lanes)
+    {
         let rows: u64 = share.iter().map(|&p| pool[p].num_rows() as u64).sum();
         let mut feed = match source {
             Source::Split => Feed::Share(
@@ -572,6 +576,7 @@ async fn bare(
         }));
     }
     if source == Source::One {
+        let run = run_length();
         for i in 0..n {
             let hand = &handers[lane_of(i, run, lanes_n)];
             hand.send(pool[i % pool.len()].clone()).await.expect("hand");
