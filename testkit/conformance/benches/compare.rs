@@ -28,6 +28,10 @@
 //!   `ZEROBUS_BENCH_SOURCE=one` feeds the single-table cells by one source too, named
 //!   `.../one`: the other clients' streams in turn (`ZEROBUS_BENCH_RUN` batches to each), ours
 //!   through its one handle as always.
+//! - then one stream of wide rows (cells named `.../wide`): each row carries
+//!   `ZEROBUS_BENCH_PAYLOAD` (default 1,000) bytes more of log-like text, in batches of 1,000
+//!   and 10,000 rows (1 and 10 MB), without limits and under them: one stream whose work is
+//!   compression. Without limits each run sends 2 GB (`ZEROBUS_BENCH_ROWS` x 100 B).
 //!
 //! ```text
 //! cargo bench -p zerobus-sink-conformance --bench compare
@@ -76,16 +80,23 @@ impl Confirmer<Raw> for Count {
     }
 }
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
+/// The rows' schema: three narrow columns, and with `payload` a text column of that many bytes
+/// a row.
+fn schema(payload: usize) -> SchemaRef {
+    let mut fields = vec![
         Field::new("order_id", DataType::Int64, false),
         Field::new("customer", DataType::Utf8, false),
         Field::new("amount", DataType::Float64, false),
-    ]))
+    ];
+    if payload > 0 {
+        fields.push(Field::new("payload", DataType::Utf8, false));
+    }
+    Arc::new(Schema::new(fields))
 }
 
-/// 16 distinct batches of `rows` rows (about 30 B a row), sent in turn.
-fn batches(schema: &SchemaRef, rows: i64) -> Vec<RecordBatch> {
+/// 16 distinct batches of `rows` rows (about 30 B a row, and `payload` bytes more when the
+/// schema has the payload column), sent in turn.
+fn batches(schema: &SchemaRef, rows: i64, payload: usize) -> Vec<RecordBatch> {
     (0..16)
         .map(|b| {
             let r = b * rows..(b + 1) * rows;
@@ -94,11 +105,57 @@ fn batches(schema: &SchemaRef, rows: i64) -> Vec<RecordBatch> {
                 r.clone().map(|i| format!("customer-{:05}", i % 10_007)),
             ));
             let a: ArrayRef = Arc::new(Float64Array::from_iter_values(
-                r.map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
+                r.clone().map(|i| ((i * 7_919) % 100_000) as f64 / 100.0),
             ));
-            RecordBatch::try_new(schema.clone(), vec![ids, c, a]).expect("batch")
+            let mut columns = vec![ids, c, a];
+            if payload > 0 {
+                columns.push(Arc::new(StringArray::from_iter_values(
+                    r.map(|i| log_line(i.unsigned_abs(), payload)),
+                )));
+            }
+            RecordBatch::try_new(schema.clone(), columns).expect("batch")
         })
         .collect()
+}
+
+/// `len` bytes of text like a log line's (words of a small vocabulary and numbers, picked by a
+/// hash of the row and the position): what zstd compresses by a few times, slowly enough that
+/// one stream's large batches keep a core busy, unlike the narrow columns' repeats.
+fn log_line(row: u64, len: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "GET",
+        "POST",
+        "/api/v1/orders",
+        "/api/v1/items",
+        "status=200",
+        "status=404",
+        "user",
+        "session",
+        "latency_ms",
+        "cache=miss",
+        "cache=hit",
+        "region=eu",
+        "region=us",
+        "retry",
+        "ok",
+        "error",
+    ];
+    let mut line = String::with_capacity(len + 24);
+    let mut state = row.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while line.len() < len {
+        // xorshift64: deterministic, no dependency.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        if state % 3 == 0 {
+            line.push_str(&(state % 100_000).to_string());
+        } else {
+            line.push_str(WORDS[(state >> 8) as usize % WORDS.len()]);
+        }
+        line.push(' ');
+    }
+    line.truncate(len);
+    line
 }
 
 /// What the threads whose names start with `prefix` have used so far: CPU time (the
@@ -210,6 +267,9 @@ struct Cell {
     rows: i64,
     tables: usize,
     source: Source,
+    /// Bytes of log-like text a row carries besides the narrow columns (0: none): the "wide"
+    /// cells, one stream whose large batches make compression the client's work.
+    payload: usize,
 }
 
 impl Cell {
@@ -222,8 +282,9 @@ impl Cell {
         } else {
             ""
         };
+        let wide = if self.payload > 0 { "/wide" } else { "" };
         format!(
-            "{limits}/{}/{}x{}/{}{one}",
+            "{limits}/{}/{}x{}/{}{one}{wide}",
             self.latency_ms, self.tables, self.streams, self.rows
         )
     }
@@ -241,7 +302,13 @@ fn count(cell: &Cell) -> usize {
         let streams = u64::from(cell.streams) * cell.tables as u64;
         StreamLimits::quotas().rows_per_sec * streams * env("ZEROBUS_BENCH_SECONDS", 2)
     } else {
-        env("ZEROBUS_BENCH_ROWS", 20_000_000)
+        // Wide rows: the narrow cells' rows' worth of 100 B rows (2 GB by default).
+        let rows = env("ZEROBUS_BENCH_ROWS", 20_000_000);
+        if cell.payload > 0 {
+            rows * 100 / (30 + cell.payload as u64)
+        } else {
+            rows
+        }
     };
     usize::try_from(rows / cell.rows.unsigned_abs())
         .unwrap_or(1)
@@ -648,7 +715,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let schema = schema();
     let (streams, sizes, latencies): (&[u16], &[i64], &[u64]) = if quick {
         (&[1, 4], &[100, 10_000], &[0, 200])
     } else {
@@ -675,6 +741,7 @@ fn main() {
                         rows,
                         tables: 1,
                         source,
+                        payload: 0,
                     });
                 }
             }
@@ -696,8 +763,26 @@ fn main() {
                 rows: 1_000,
                 tables,
                 source,
+                payload: 0,
             });
         }
+    }
+    // One stream of wide rows (`ZEROBUS_BENCH_PAYLOAD`, default 1,000 bytes of log-like text a
+    // row): 1 MB and 10 MB batches, compression the client's work.
+    let payload = std::env::var("ZEROBUS_BENCH_PAYLOAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    for (limits, rows) in [(false, 1_000), (false, 10_000), (true, 1_000)] {
+        cells.push(Cell {
+            limits,
+            latency_ms: 0,
+            streams: 1,
+            rows,
+            tables: 1,
+            source,
+            payload,
+        });
     }
     if let Some(keep) = listed("ZEROBUS_BENCH_CELLS") {
         cells.retain(|c| keep.contains(&c.name()));
@@ -727,7 +812,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
-        let pool = batches(&schema, cell.rows);
+        let pool = batches(&schema(cell.payload), cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
             / pool.len() as f64
             / 1e6;
@@ -772,7 +857,7 @@ fn main() {
         };
         let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -783,6 +868,11 @@ fn main() {
                 ""
             },
             cell.rows,
+            if cell.payload > 0 {
+                format!(" of {} B more", cell.payload)
+            } else {
+                String::new()
+            },
             fmt(rates[0]),
             fmt(rates[1]),
             fmt(rates[2]),
