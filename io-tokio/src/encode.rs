@@ -1,8 +1,12 @@
 //! One stream's encoder: a large batch is encoded on another worker thread (several at once,
-//! up to the runtime's workers), a small one where the call's request body is polled, and
-//! every message leaves in wire order. A stream whose batches are large is CPU-bound by
-//! compression (zstd is most of a client's CPU); encoding them one after another where the
-//! body is polled would hold the stream to one core however many the runtime has.
+//! up to the runtime's workers; the rest wait their turn), a small one where the call's
+//! request body is polled, and every message leaves in wire order. A stream whose batches are
+//! large is CPU-bound by compression (zstd is most of a client's CPU); encoding them one after
+//! another where the body is polled would hold the stream to one core however many the runtime
+//! has. A large batch that finds every worker busy waits for one rather than being encoded
+//! where the body is polled: encoded there, it held up the messages already encoded behind it
+//! and the body's taking of the next batches, and one stream of 1 MB batches ran at 0.86 of
+//! one core's rate (docs/performance.md, "One stream of wide rows").
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -26,7 +30,7 @@ pub(crate) struct Encoder {
     options: IpcWriteOptions,
     /// Messages in wire order, encoded or being encoded.
     queue: VecDeque<Message>,
-    /// Encodings running on other threads.
+    /// Encodings running on other threads (the queue's `Encoding` messages).
     running: usize,
     /// The most that may run at once: the runtime's workers (1 on a current-thread runtime,
     /// where nothing runs elsewhere).
@@ -38,6 +42,11 @@ enum Message {
     Encoding {
         wire_offset: u64,
         job: JoinHandle<Result<FlightData, arrow_schema::ArrowError>>,
+    },
+    /// A large batch waiting for a worker: started once fewer than `most` encodings run.
+    Waiting {
+        wire_offset: u64,
+        batch: RecordBatch,
     },
 }
 
@@ -64,12 +73,13 @@ impl Encoder {
 
     /// Takes the batch for wire message `wire_offset` (offsets arrive in order).
     pub(crate) fn push(&mut self, batch: RecordBatch, wire_offset: u64) -> Result<(), EncodeError> {
-        if self.most > 1 && self.running < self.most && Batch::bytes(&batch) >= PARALLEL_BYTES {
-            let options = self.options.clone();
-            let job =
-                tokio::spawn(async move { wire::encode_batch(&batch, wire_offset, &options) });
-            self.running += 1;
-            self.queue.push_back(Message::Encoding { wire_offset, job });
+        if self.most > 1 && Batch::bytes(&batch) >= PARALLEL_BYTES {
+            let message = if self.running < self.most {
+                self.spawn(batch, wire_offset)
+            } else {
+                Message::Waiting { wire_offset, batch }
+            };
+            self.queue.push_back(message);
             return Ok(());
         }
         let data =
@@ -79,6 +89,14 @@ impl Encoder {
             })?;
         self.queue.push_back(Message::Ready(data));
         Ok(())
+    }
+
+    /// Starts encoding `batch` on another worker.
+    fn spawn(&mut self, batch: RecordBatch, wire_offset: u64) -> Message {
+        let options = self.options.clone();
+        let job = tokio::spawn(async move { wire::encode_batch(&batch, wire_offset, &options) });
+        self.running += 1;
+        Message::Encoding { wire_offset, job }
     }
 
     /// The next message to send, if it is encoded (and every one before it was taken).
@@ -92,10 +110,13 @@ impl Encoder {
         }
     }
 
-    /// Whether the next message is being encoded elsewhere ([`Self::poll_finish_next`] waits
-    /// for it).
+    /// Whether the next message is being encoded elsewhere or waits for a worker
+    /// ([`Self::poll_finish_next`] waits for it).
     pub(crate) fn waiting(&self) -> bool {
-        matches!(self.queue.front(), Some(Message::Encoding { .. }))
+        matches!(
+            self.queue.front(),
+            Some(Message::Encoding { .. } | Message::Waiting { .. })
+        )
     }
 
     /// Whether every message taken was sent.
@@ -110,32 +131,49 @@ impl Encoder {
         std::future::poll_fn(|cx| self.poll_finish_next(cx)).await
     }
 
-    /// Polls the next message's encoding (ready at once if it is not encoding elsewhere).
+    /// Polls the encodings running elsewhere, starting a waiting batch's for each one done:
+    /// ready once the next message is encoded (at once if it is not encoding elsewhere).
+    /// An encoding that failed is reported as soon as it is found, naming its wire offset.
     pub(crate) fn poll_finish_next(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), EncodeError>> {
-        let Some(front) = self.queue.front_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let Message::Encoding { wire_offset, job } = front else {
-            return Poll::Ready(Ok(()));
-        };
-        let wire_offset = *wire_offset;
-        let Poll::Ready(done) = Pin::new(job).poll(cx) else {
-            return Poll::Pending;
-        };
-        self.running -= 1;
-        let failed = |reason: String| EncodeError {
-            wire_offset,
-            reason,
-        };
-        *front = match done {
-            Ok(Ok(data)) => Message::Ready(data),
-            Ok(Err(e)) => return Poll::Ready(Err(failed(e.to_string()))),
-            Err(e) => return Poll::Ready(Err(failed(format!("the encoding task ended: {e}")))),
-        };
-        Poll::Ready(Ok(()))
+        let mut index = 0;
+        while let Some(message) = self.queue.get_mut(index) {
+            match message {
+                Message::Ready(_) => {}
+                Message::Encoding { wire_offset, job } => {
+                    if let Poll::Ready(done) = Pin::new(job).poll(cx) {
+                        let wire_offset = *wire_offset;
+                        self.running -= 1;
+                        let failed = |reason: String| EncodeError {
+                            wire_offset,
+                            reason,
+                        };
+                        *message = match done {
+                            Ok(Ok(data)) => Message::Ready(data),
+                            Ok(Err(e)) => return Poll::Ready(Err(failed(e.to_string()))),
+                            Err(e) => {
+                                let reason = format!("the encoding task ended: {e}");
+                                return Poll::Ready(Err(failed(reason)));
+                            }
+                        };
+                    }
+                }
+                Message::Waiting { .. } if self.running >= self.most => break,
+                Message::Waiting { wire_offset, batch } => {
+                    let (wire_offset, batch) = (*wire_offset, batch.clone());
+                    self.queue[index] = self.spawn(batch, wire_offset);
+                    // Polled at the same index next, so that its end wakes the body.
+                    continue;
+                }
+            }
+            index += 1;
+        }
+        match self.queue.front() {
+            Some(Message::Encoding { .. } | Message::Waiting { .. }) => Poll::Pending,
+            Some(Message::Ready(_)) | None => Poll::Ready(Ok(())),
+        }
     }
 }
 
@@ -228,6 +266,32 @@ mod tests {
             assert_eq!(data.data_header, inline.data_header, "offset {offset}");
             assert_eq!(data.data_body, inline.data_body, "offset {offset}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_batch_finding_every_worker_busy_waits_for_one_rather_than_encoding_inline() {
+        let options = wire::write_options(wire::Compression::Zstd).unwrap();
+        let mut encoder = Encoder::new(options);
+        for offset in 0..5 {
+            encoder
+                .push(batch(40_000, offset + 1), offset as u64)
+                .unwrap();
+        }
+        let waiting = encoder
+            .queue
+            .iter()
+            .filter(|m| matches!(m, Message::Waiting { .. }))
+            .count();
+        assert_eq!(encoder.running, 2, "as many encodings as workers");
+        assert_eq!(
+            waiting, 3,
+            "the other large batches wait, none is encoded inline"
+        );
+        let mut sent = Vec::new();
+        drain(&mut encoder, &mut sent).await;
+        assert_eq!(encoder.running, 0);
+        let offsets: Vec<u64> = sent.iter().map(offset_of).collect();
+        assert_eq!(offsets, (0..5).collect::<Vec<u64>>());
     }
 
     #[tokio::test(flavor = "current_thread")]
