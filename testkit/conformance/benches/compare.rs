@@ -147,7 +147,7 @@ fn log_line(row: u64, len: usize) -> String {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        if state % 3 == 0 {
+        if state.is_multiple_of(3) {
             line.push_str(&(state % 100_000).to_string());
         } else {
             line.push_str(WORDS[(state >> 8) as usize % WORDS.len()]);
