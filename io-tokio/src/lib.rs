@@ -115,7 +115,8 @@ pub use auth::{AuthError, Credentials, OAuth, Secret};
 pub use boundary::plan::EMIT_TS;
 pub use boundary::{BadRows, ColumnRefusal, Conversions, FaultKind, IsolatedRows, RowFault};
 pub use config::{
-    HANDOFFS, MAX_ROW_BYTES, PRIMARY_RAW_RECHECK, ResubmitPolicy, TableDef, ZerobusConfig,
+    COALESCE_BYTES, HANDOFFS, MAX_ROW_BYTES, PRIMARY_RAW_RECHECK, ResubmitPolicy, TableDef,
+    ZerobusConfig,
 };
 pub use confirmer::Confirmer;
 pub use error::{DeliveryError, FlushError, SendError, StartError};

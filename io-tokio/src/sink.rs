@@ -266,6 +266,7 @@ impl<L: Lane> ZerobusSink<L> {
             proxy,
             options: wire::write_options(config.compression)?,
             tokens: TokenSource::new(config.credentials),
+            coalesce_bytes: config.coalesce_bytes.min(config.core.max_message_bytes),
         });
         let (submits, submits_rx) = mpsc::channel(config.handoffs.max(1));
         let (control, control_rx) = mpsc::unbounded_channel();

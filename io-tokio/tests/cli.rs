@@ -65,11 +65,12 @@ fn write_config(dir: &Path, endpoint: &str, root: &Path, columns: bool) -> PathB
     } else {
         ""
     };
+    // `coalesce_bytes = 0`: one wire message per batch, as a test below counts them.
     let path = dir.join("sink.toml");
     std::fs::write(
         &path,
         format!(
-            "[sink]\nendpoint = \"{endpoint}\"\nname = \"cli\"\n[catalog]\nbackend = \"local\"\n\
+            "[sink]\nendpoint = \"{endpoint}\"\nname = \"cli\"\ncoalesce_bytes = 0\n[catalog]\nbackend = \"local\"\n\
              root = \"{}\"\n[shutdown]\ndrain = \"10s\"\n[[table]]\nname = \"{TABLE}\"\n\
              streams = 1\n{columns}",
             root.display()

@@ -199,6 +199,14 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
         })
 }
 
+/// [`config`] with every batch its own wire message (`coalesce_bytes(0)`), for the tests whose
+/// faults the emulator counts in messages (`DropAfter`, `RotateAfter`, `FailAfter`, ...) or
+/// that count messages: with small batches going together, how many messages a run takes
+/// depends on timing. The other tests keep the default (small batches grouped).
+pub fn per_batch(emulator: &Emulator) -> ZerobusConfig {
+    config(emulator).coalesce_bytes(0)
+}
+
 pub fn table(slots: u16) -> TableDef {
     TableDef::new(TABLE, schema()).sizing(PoolSizing::fixed(slots))
 }

@@ -55,6 +55,7 @@ fn every_documented_key_reaches_the_sink() {
     assert_eq!(c.core.max_message_bytes, 2_097_152);
     assert_eq!(c.max_row_bytes, 10_420_224);
     assert_eq!(c.handoffs, 64);
+    assert_eq!(c.coalesce_bytes, 131_072);
     assert_eq!(
         c.tls_ca_pem.as_deref(),
         Some(&b"-----BEGIN CERTIFICATE-----\n"[..])

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Recorder, TABLE, config, emulator, ids, orders, table};
+use common::{Recorder, TABLE, config, emulator, ids, orders, per_batch, table};
 use zerobus_sink::{Raw, TableId, Token};
 use zerobus_sink_testkit::emulator::{Code, Fault, StreamLimits, wal};
 use zerobus_sink_testkit::uc_stub::UcStub;
@@ -118,7 +118,7 @@ async fn killed_connection_replays_and_duplicates_are_bounded_by_the_replays() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
     emu.inject(TABLE, Fault::DropAfter { messages: 20 });
-    let (recorder, flushed, report) = run(config(&emu), 1, 200).await;
+    let (recorder, flushed, report) = run(per_batch(&emu), 1, 200).await;
     flushed.unwrap();
     all_committed(&recorder, 200);
     let stats = emu.stats();
@@ -143,6 +143,32 @@ async fn killed_connection_replays_and_duplicates_are_bounded_by_the_replays() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_batches_go_together_and_a_killed_connection_loses_none_of_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
+    // The default config: small batches handed over together leave as one message, so the
+    // cut after two messages falls inside a run of groups.
+    emu.inject(TABLE, Fault::DropAfter { messages: 2 });
+    let (recorder, flushed, report) = run(config(&emu), 1, 400).await;
+    flushed.unwrap();
+    all_committed(&recorder, 400);
+    let stats = emu.stats();
+    assert!(stats.calls >= 2, "reconnected: {stats:?}");
+    assert!(
+        stats.messages < 200,
+        "400 batches went in groups: {stats:?}"
+    );
+    let replays = report.metrics.connections_failed;
+    assert!(replays >= 1);
+    let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
+    assert_eq!(logged.len(), 40_000, "every order is in the log");
+    assert!(
+        logged.values().all(|n| u64::from(*n) <= 1 + replays),
+        "bounded by the replays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_drains_half_closes_and_reopens_without_loss() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(2))).await;
@@ -153,7 +179,7 @@ async fn rotation_drains_half_closes_and_reopens_without_loss() {
             grace: Duration::from_millis(1_500),
         },
     );
-    let (mut sink, id, recorder) = start(config(&emu), 1);
+    let (mut sink, id, recorder) = start(per_batch(&emu), 1);
     // Ten batches earn the rotation signal; the rest go out while the stream drains and after.
     for b in 0..300 {
         let token = Token::raw("orders", 0, b * ROWS + ROWS - 1);
@@ -243,7 +269,7 @@ async fn forward_ack_is_terminal_and_hands_every_batch_back() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
     emu.inject(TABLE, Fault::ForwardAckAfter { messages: 3 });
-    let (recorder, flushed, report) = run(config(&emu), 1, 30).await;
+    let (recorder, flushed, report) = run(per_batch(&emu), 1, 30).await;
     let seen = recorder.seen();
     assert!(
         matches!(flushed, Err(FlushError::Failed { batches }) if batches as usize == seen.failed.len()),
@@ -305,7 +331,7 @@ async fn a_server_error_status_mid_stream_is_retried_on_a_new_stream() {
         },
     );
     emu.inject(TABLE, Fault::HoldReady);
-    let mut cfg = config(&emu);
+    let mut cfg = per_batch(&emu);
     cfg.core.open_timeout = Duration::from_millis(300);
     let (recorder, flushed, report) = run(cfg, 1, 50).await;
     flushed.unwrap();
@@ -496,7 +522,8 @@ async fn the_emulator_holds_a_stream_to_its_limits_and_nothing_is_lost() {
         .rows_per_sec(2_000)
         .max_unacked_rows(500);
     let emu = emulator(&dir, |c| c.stream_limits(limits).keep_batches(false)).await;
-    let (recorder, flushed, _) = run(config(&emu), 1, 30).await;
+    // One batch a message: a group of small batches could exceed the 500 unacked rows alone.
+    let (recorder, flushed, _) = run(per_batch(&emu), 1, 30).await;
     flushed.unwrap();
     all_committed(&recorder, 30);
     let stats = emu.stats();

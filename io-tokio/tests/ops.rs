@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Recorder, config, emulator, orders, parse, schema, sum};
+use common::{Recorder, emulator, orders, parse, per_batch, schema, sum};
 use zerobus_sink::{PoolSizing, Raw, Token};
 use zerobus_sink_testkit::emulator::{Code, Fault};
 use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops, telemetry};
@@ -60,7 +60,7 @@ async fn the_scrape_and_the_health_tree_show_what_the_run_did() {
         TableDef::new(DENIED, schema()).sizing(PoolSizing::fixed(1)),
     ];
     let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(config(&emu), tables, recorder.clone()).unwrap();
+    let mut sink = ZerobusSink::<Raw>::start(per_batch(&emu), tables, recorder.clone()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(ops::serve(listener, sink.observer(), prometheus));

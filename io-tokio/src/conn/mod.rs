@@ -50,16 +50,17 @@ pub(crate) struct Shared {
     pub(crate) proxy: Option<Proxy>,
     pub(crate) options: IpcWriteOptions,
     pub(crate) tokens: TokenSource,
+    /// The most Arrow bytes one wire message carries when small batches go together
+    /// (`ZerobusConfig::coalesce_bytes`, or the sink's `max_message_bytes` if lower; 0: none).
+    pub(crate) coalesce_bytes: u64,
 }
 
 /// From the driver to a connection.
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// Encode and send this batch as wire message `offset`.
-    Send {
-        batch: RecordBatch,
-        wire_offset: u64,
-    },
+    /// Encode and send this batch: as a wire message of its own, or with the small batches
+    /// handed over with it ([`Body`]'s coalescing).
+    Send { batch: RecordBatch },
     /// Half-close the request; keep reading until the service ends the call.
     HalfClose,
 }
@@ -226,6 +227,7 @@ async fn run<L: Lane>(
         wire::schema_message(&table.schema, &shared.options),
         commands,
         Encoder::new(shared.options.clone()),
+        shared.coalesce_bytes,
         failure,
     );
     let mut request = tonic::Request::new(body);

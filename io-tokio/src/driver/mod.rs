@@ -680,10 +680,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                         _ => t.batch.batch,
                     };
                     if let Some(h) = self.conns.get(&t.conn) {
-                        let _ = h.commands.send(conn::Command::Send {
-                            batch,
-                            wire_offset: t.wire_offset.get(),
-                        });
+                        let _ = h.commands.send(conn::Command::Send { batch });
                     }
                 }
                 Output::Reconcile { table, schema } => self.reconcile(now, table, schema),

@@ -254,6 +254,9 @@ pub(super) fn config(
     if let Some(batches) = s.handoffs {
         c.handoffs = batches;
     }
+    if let Some(bytes) = s.coalesce_bytes {
+        c.coalesce_bytes = bytes;
+    }
     if let Some(every) = s.primary_raw_recheck {
         c.primary_raw_recheck = every;
     }

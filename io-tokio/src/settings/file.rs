@@ -45,6 +45,8 @@ pub(crate) struct SinkSection {
     pub(crate) max_row_bytes: Option<u64>,
     /// Batches `send` may hand over beyond the windows.
     pub(crate) handoffs: Option<usize>,
+    /// The most Arrow bytes small batches fill together in one wire message (0: none).
+    pub(crate) coalesce_bytes: Option<u64>,
     pub(crate) tls_ca_file: Option<PathBuf>,
     /// Trust the platform's root certificates too (default true).
     pub(crate) native_roots: Option<bool>,
