@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
-use common::{Logs, Recorder, config, emulator, orders, parse, schema, sum};
+use common::{Logs, Recorder, config, emulator, orders, parse, per_batch, schema, sum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use zerobus_sink::{Raw, RejectReason, Token};
 use zerobus_sink_catalog::local::LocalDelta;
@@ -78,7 +78,7 @@ async fn poison_our_stream_died() {
         },
     );
     let recorder = Recorder::default();
-    let mut sink = start(config(&emu), T, 1, &recorder);
+    let mut sink = start(per_batch(&emu), T, 1, &recorder);
     send_all(&mut sink, T, 30).await;
     sink.flush().await.unwrap();
     assert_eq!(metric(telemetry::POISONED, T), 1.0);
