@@ -94,9 +94,10 @@ fn schema(payload: usize) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// 16 distinct batches of `rows` rows (about 30 B a row, and `payload` bytes more when the
-/// schema has the payload column), sent in turn.
-fn batches(schema: &SchemaRef, rows: i64, payload: usize) -> Vec<RecordBatch> {
+/// 16 distinct batches of `rows` rows (about 30 B a row, and `payload` bytes more in a column
+/// of their own), sent in turn.
+fn batches(rows: i64, payload: usize) -> Vec<RecordBatch> {
+    let schema = schema(payload);
     (0..16)
         .map(|b| {
             let r = b * rows..(b + 1) * rows;
@@ -292,12 +293,6 @@ impl Cell {
 
 /// Batches to send in a run of `cell`.
 fn count(cell: &Cell) -> usize {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     let rows = if cell.limits {
         let streams = u64::from(cell.streams) * cell.tables as u64;
         StreamLimits::quotas().rows_per_sec * streams * env("ZEROBUS_BENCH_SECONDS", 2)
@@ -318,11 +313,15 @@ fn count(cell: &Cell) -> usize {
 /// How many batches in a row one source hands to the same table (`ZEROBUS_BENCH_RUN`, default
 /// 1: each batch to the next table).
 fn run_length() -> usize {
-    std::env::var("ZEROBUS_BENCH_RUN")
+    env("ZEROBUS_BENCH_RUN", 1).max(1)
+}
+
+/// Environment variable `name` parsed, or `default` when it is unset or does not parse.
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+        .unwrap_or(default)
 }
 
 /// The lane (of `lanes`) that one source hands batch `i` to.
@@ -699,10 +698,7 @@ fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String
 
 fn main() {
     let quick = std::env::var("ZEROBUS_BENCH_QUICK").is_ok();
-    let reps: usize = std::env::var("ZEROBUS_BENCH_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let reps: usize = env("ZEROBUS_BENCH_REPS", 3);
     let emulator_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(EMULATOR)
@@ -750,10 +746,7 @@ fn main() {
     // Many tables through one sink: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream
     // each, 1,000-row batches spread over them in turn, the other clients' streams each fed by
     // a task of its own, then every client fed by one task.
-    let tables = std::env::var("ZEROBUS_BENCH_TABLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+    let tables = env("ZEROBUS_BENCH_TABLES", 50);
     for source in [Source::Split, Source::One] {
         for (limits, latency_ms) in [(false, 0), (true, 200)] {
             cells.push(Cell {
@@ -769,10 +762,7 @@ fn main() {
     }
     // One stream of wide rows (`ZEROBUS_BENCH_PAYLOAD`, default 1,000 bytes of log-like text a
     // row): 1 MB and 10 MB batches, compression the client's work.
-    let payload = std::env::var("ZEROBUS_BENCH_PAYLOAD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
+    let payload = env("ZEROBUS_BENCH_PAYLOAD", 1_000);
     for (limits, rows) in [(false, 1_000), (false, 10_000), (true, 1_000)] {
         cells.push(Cell {
             limits,
@@ -812,7 +802,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
-        let pool = batches(&schema(cell.payload), cell.rows, cell.payload);
+        let pool = batches(cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
             / pool.len() as f64
             / 1e6;
