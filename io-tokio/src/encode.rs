@@ -17,7 +17,6 @@ use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
 use arrow_ipc::writer::IpcWriteOptions;
 use tokio::task::JoinHandle;
-use zerobus_sink::Batch;
 
 use crate::wire;
 
@@ -71,9 +70,15 @@ impl Encoder {
         }
     }
 
-    /// Takes the batch for wire message `wire_offset` (offsets arrive in order).
-    pub(crate) fn push(&mut self, batch: RecordBatch, wire_offset: u64) -> Result<(), EncodeError> {
-        if self.most > 1 && Batch::bytes(&batch) >= PARALLEL_BYTES {
+    /// Takes the batch, `bytes` of Arrow data as its caller counted them, for wire message
+    /// `wire_offset` (offsets arrive in order).
+    pub(crate) fn push(
+        &mut self,
+        batch: RecordBatch,
+        bytes: u64,
+        wire_offset: u64,
+    ) -> Result<(), EncodeError> {
+        if self.most > 1 && bytes >= PARALLEL_BYTES {
             let message = if self.running < self.most {
                 self.spawn(batch, wire_offset)
             } else {
@@ -193,6 +198,7 @@ mod tests {
 
     use arrow_array::{Int64Array, StringArray};
     use arrow_schema::{DataType, Field, Schema};
+    use zerobus_sink::Batch;
 
     use super::*;
 
@@ -240,7 +246,9 @@ mod tests {
         let mut sent = Vec::new();
         let mut at_once = 0;
         for (offset, b) in batches.iter().enumerate() {
-            encoder.push(b.clone(), offset as u64).unwrap();
+            encoder
+                .push(b.clone(), Batch::bytes(b), offset as u64)
+                .unwrap();
             at_once = at_once.max(encoder.running);
             // Drain every third push only: several encodings run at once meanwhile.
             if offset % 3 == 2 {
@@ -273,9 +281,9 @@ mod tests {
         let options = wire::write_options(wire::Compression::Zstd).unwrap();
         let mut encoder = Encoder::new(options);
         for offset in 0..5 {
-            encoder
-                .push(batch(40_000, offset + 1), offset as u64)
-                .unwrap();
+            let large = batch(40_000, offset + 1);
+            let bytes = Batch::bytes(&large);
+            encoder.push(large, bytes, offset as u64).unwrap();
         }
         let waiting = encoder
             .queue
@@ -298,7 +306,9 @@ mod tests {
     async fn on_a_current_thread_runtime_every_batch_is_encoded_inline() {
         let options = wire::write_options(wire::Compression::Zstd).unwrap();
         let mut encoder = Encoder::new(options);
-        encoder.push(batch(40_000, 1), 0).unwrap();
+        let large = batch(40_000, 1);
+        let bytes = Batch::bytes(&large);
+        encoder.push(large, bytes, 0).unwrap();
         assert!(!encoder.waiting());
         assert_eq!(encoder.ready().map(|d| offset_of(&d)), Some(0));
         assert!(encoder.is_empty());

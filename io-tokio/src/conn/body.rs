@@ -74,11 +74,11 @@ impl Body {
         Poll::Ready(None)
     }
 
-    /// Gives `batch` to the encoder as the next message.
-    fn push(&mut self, batch: RecordBatch) -> Result<(), EncodeError> {
+    /// Gives `batch` (`bytes` of Arrow data) to the encoder as the next message.
+    fn push(&mut self, batch: RecordBatch, bytes: u64) -> Result<(), EncodeError> {
         let wire_offset = self.next_wire;
         self.next_wire += 1;
-        self.encoder.push(batch, wire_offset)
+        self.encoder.push(batch, bytes, wire_offset)
     }
 
     /// Takes a batch the driver handed over: held with the small ones before it while they
@@ -89,7 +89,7 @@ impl Body {
             self.send_group()?;
         }
         if bytes >= self.coalesce_bytes {
-            return self.push(batch);
+            return self.push(batch, bytes);
         }
         self.group_bytes += bytes;
         self.group.push(batch);
@@ -99,22 +99,25 @@ impl Body {
     /// Gives the held batches to the encoder as one message (each alone if their rows cannot
     /// be concatenated, which batches of one connection's schema always can).
     fn send_group(&mut self) -> Result<(), EncodeError> {
-        self.group_bytes = 0;
-        match self.group.len() {
-            0 => Ok(()),
-            1 => {
-                let batch = self.group.remove(0);
-                self.push(batch)
+        let bytes = std::mem::take(&mut self.group_bytes);
+        if self.group.len() <= 1 {
+            return match self.group.pop() {
+                Some(one) => self.push(one, bytes),
+                None => Ok(()),
+            };
+        }
+        match arrow_select::concat::concat_batches(&self.group[0].schema(), &self.group) {
+            Ok(one) => {
+                self.group.clear();
+                self.push(one, bytes)
             }
-            _ => {
-                let group = std::mem::take(&mut self.group);
-                match arrow_select::concat::concat_batches(&group[0].schema(), &group) {
-                    Ok(one) => self.push(one),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "small batches sent one by one");
-                        group.into_iter().try_for_each(|b| self.push(b))
-                    }
-                }
+            Err(e) => {
+                tracing::debug!(error = %e, "small batches sent one by one");
+                let group: Vec<RecordBatch> = self.group.drain(..).collect();
+                group.into_iter().try_for_each(|b| {
+                    let bytes = Batch::bytes(&b);
+                    self.push(b, bytes)
+                })
             }
         }
     }
