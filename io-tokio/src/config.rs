@@ -91,7 +91,8 @@ pub struct ZerobusConfig {
 
 /// The default [`ZerobusConfig::coalesce_bytes`]: 256 KiB of Arrow data, the size from which a
 /// batch is encoded on another worker thread. Fewer messages for the service to decode and
-/// ack; with 100-row batches, a quarter of the CPU per MB on the emulator (docs/performance.md).
+/// ack; with 100-row batches, a quarter of the official client's CPU per MB in the bench
+/// against the emulator (docs/performance.md).
 pub const COALESCE_BYTES: u64 = 256 * 1024;
 
 /// The default [`ZerobusConfig::handoffs`]: 32 batches handed over beyond the windows, so that
