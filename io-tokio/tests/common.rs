@@ -199,10 +199,10 @@ pub fn config(emulator: &Emulator) -> ZerobusConfig {
         })
 }
 
-/// [`config`] with every batch its own wire message (`coalesce_bytes(0)`), for the tests whose
-/// faults the emulator counts in messages (`DropAfter`, `RotateAfter`, `FailAfter`, ...) or
-/// that count messages: with small batches going together, how many messages a run takes
-/// depends on timing. The other tests keep the default (small batches grouped).
+/// [`config`] with every batch its own wire message (`coalesce_bytes(0)`), for the tests that
+/// bound what one message holds: with small batches going together, how many messages a run
+/// takes, and how many rows each, depends on timing. Faults are placed by rows
+/// ([`Count::Rows`](zerobus_sink_testkit::emulator::Count)) and run with the default.
 pub fn per_batch(emulator: &Emulator) -> ZerobusConfig {
     config(emulator).coalesce_bytes(0)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{Recorder, TABLE, config, emulator, ids, orders, per_batch, table};
 use zerobus_sink::{Raw, TableId, Token};
-use zerobus_sink_testkit::emulator::{Code, Fault, StreamLimits, wal};
+use zerobus_sink_testkit::emulator::{Code, Count, Fault, StreamLimits, wal};
 use zerobus_sink_testkit::uc_stub::UcStub;
 use zerobus_sink_tokio::{
     BatchSink, Credentials, FlushError, OAuth, Report, Secret, Sink, ZerobusConfig, ZerobusSink,
@@ -117,38 +117,14 @@ async fn soak_pipelines_on_real_sockets() {
 async fn killed_connection_replays_and_duplicates_are_bounded_by_the_replays() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
-    emu.inject(TABLE, Fault::DropAfter { messages: 20 });
-    let (recorder, flushed, report) = run(per_batch(&emu), 1, 200).await;
-    flushed.unwrap();
-    all_committed(&recorder, 200);
-    let stats = emu.stats();
-    assert!(stats.calls >= 2, "reconnected: {stats:?}");
-    let replays = report.metrics.connections_failed;
-    assert!(replays >= 1);
-    // Every confirmed row is in the log; rows logged but not acked before the cut were sent
-    // again, so they are there twice: at most once more per replay.
-    let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
-    assert_eq!(logged.len(), 20_000, "every order is in the log");
-    // The group of messages that crossed 20 was logged but not acked before the cut: at least
-    // one whole message of it came again on the new connection.
-    let duplicated = logged.values().filter(|n| **n > 1).count();
-    assert!(
-        duplicated >= ROWS as usize,
-        "the unacked messages were replayed"
-    );
-    assert!(
-        logged.values().all(|n| u64::from(*n) <= 1 + replays),
-        "bounded by the replays"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_batches_go_together_and_a_killed_connection_loses_none_of_a_group() {
-    let dir = tempfile::tempdir().unwrap();
-    let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
     // The default config: small batches handed over together leave as one message, so the
-    // cut after two messages falls inside a run of groups.
-    emu.inject(TABLE, Fault::DropAfter { messages: 2 });
+    // cut, once 20 batches' rows are logged, falls inside a run of groups.
+    emu.inject(
+        TABLE,
+        Fault::DropAfter {
+            logged: Count::Rows(20 * ROWS as u64),
+        },
+    );
     let (recorder, flushed, report) = run(config(&emu), 1, 400).await;
     flushed.unwrap();
     all_committed(&recorder, 400);
@@ -160,8 +136,17 @@ async fn small_batches_go_together_and_a_killed_connection_loses_none_of_a_group
     );
     let replays = report.metrics.connections_failed;
     assert!(replays >= 1);
+    // Every confirmed row is in the log; rows logged but not acked before the cut were sent
+    // again, so they are there twice: at most once more per replay.
     let logged = ids(&wal::read(&emu.wal_path(TABLE)).unwrap());
     assert_eq!(logged.len(), 40_000, "every order is in the log");
+    // The message that crossed the mark was logged but not acked before the cut: at least one
+    // whole batch of it came again on the new connection.
+    let duplicated = logged.values().filter(|n| **n > 1).count();
+    assert!(
+        duplicated >= ROWS as usize,
+        "the unacked messages were replayed"
+    );
     assert!(
         logged.values().all(|n| u64::from(*n) <= 1 + replays),
         "bounded by the replays"
@@ -175,11 +160,11 @@ async fn rotation_drains_half_closes_and_reopens_without_loss() {
     emu.inject(
         TABLE,
         Fault::RotateAfter {
-            messages: 10,
+            acked: Count::Rows(10 * ROWS as u64),
             grace: Duration::from_millis(1_500),
         },
     );
-    let (mut sink, id, recorder) = start(per_batch(&emu), 1);
+    let (mut sink, id, recorder) = start(config(&emu), 1);
     // Ten batches earn the rotation signal; the rest go out while the stream drains and after.
     for b in 0..300 {
         let token = Token::raw("orders", 0, b * ROWS + ROWS - 1);
@@ -268,8 +253,13 @@ async fn auth_rejection_invalidates_the_token_and_refreshes_once() {
 async fn forward_ack_is_terminal_and_hands_every_batch_back() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
-    emu.inject(TABLE, Fault::ForwardAckAfter { messages: 3 });
-    let (recorder, flushed, report) = run(per_batch(&emu), 1, 30).await;
+    emu.inject(
+        TABLE,
+        Fault::ForwardAckAfter {
+            logged: Count::Rows(3 * ROWS as u64),
+        },
+    );
+    let (recorder, flushed, report) = run(config(&emu), 1, 30).await;
     let seen = recorder.seen();
     assert!(
         matches!(flushed, Err(FlushError::Failed { batches }) if batches as usize == seen.failed.len()),
@@ -326,12 +316,12 @@ async fn a_server_error_status_mid_stream_is_retried_on_a_new_stream() {
     emu.inject(
         TABLE,
         Fault::FailAfter {
-            messages: 5,
+            logged: Count::Rows(5 * ROWS as u64),
             code: Code::Unavailable,
         },
     );
     emu.inject(TABLE, Fault::HoldReady);
-    let mut cfg = per_batch(&emu);
+    let mut cfg = config(&emu);
     cfg.core.open_timeout = Duration::from_millis(300);
     let (recorder, flushed, report) = run(cfg, 1, 50).await;
     flushed.unwrap();

@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Recorder, emulator, orders, parse, per_batch, schema, sum};
+use common::{Recorder, config, emulator, orders, parse, schema, sum};
 use zerobus_sink::{PoolSizing, Raw, Token};
-use zerobus_sink_testkit::emulator::{Code, Fault};
+use zerobus_sink_testkit::emulator::{Code, Count, Fault};
 use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops, telemetry};
 
 const DYING: &str = "main.bronze.orders";
@@ -30,12 +30,12 @@ async fn the_scrape_and_the_health_tree_show_what_the_run_did() {
     let prometheus = ops::install_prometheus().expect("the only recorder in this binary");
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c.ack_latency(Duration::from_millis(5))).await;
-    // The dying table: its first stream ends with UNAVAILABLE after 5 messages (poisoned,
+    // The dying table: its first stream ends with UNAVAILABLE after 5 batches' rows (poisoned,
     // replayed), its second open is refused for concurrency (retried), the third serves.
     emu.inject(
         DYING,
         Fault::FailAfter {
-            messages: 5,
+            logged: Count::Rows(5 * ROWS as u64),
             code: Code::Unavailable,
         },
     );
@@ -60,7 +60,7 @@ async fn the_scrape_and_the_health_tree_show_what_the_run_did() {
         TableDef::new(DENIED, schema()).sizing(PoolSizing::fixed(1)),
     ];
     let recorder = Recorder::default();
-    let mut sink = ZerobusSink::<Raw>::start(per_batch(&emu), tables, recorder.clone()).unwrap();
+    let mut sink = ZerobusSink::<Raw>::start(config(&emu), tables, recorder.clone()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(ops::serve(listener, sink.observer(), prometheus));

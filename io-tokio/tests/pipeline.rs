@@ -143,7 +143,7 @@ async fn a_pipeline_commits_only_unbroken_durable_runs_through_a_crash_of_the_se
         books: Arc::default(),
         logs: [emu.wal_path(ORDERS), emu.wal_path(LINES)],
     };
-    let sink_config = common::per_batch(&emu).resubmit(ResubmitPolicy {
+    let sink_config = common::config(&emu).resubmit(ResubmitPolicy {
         max_attempts: 20,
         backoff: Duration::from_millis(250),
     });
@@ -162,7 +162,7 @@ async fn a_pipeline_commits_only_unbroken_durable_runs_through_a_crash_of_the_se
             // let it.
             let down = emu.take().unwrap();
             // Crash with some of what was sent already durable (and the rest in flight).
-            down.until(|s| s.messages >= 10).await;
+            down.until(|s| s.rows >= 10 * PER_CHUNK as u64).await;
             let config = config.clone();
             restarted = Some(tokio::spawn(async move {
                 down.kill().await;

@@ -14,7 +14,7 @@ use common::{RAW, RawRig as Rig, Recorder, config, ids, orders, raw, schema};
 use zerobus_sink::{FailureReason, Raw, RejectReason, StreamError, TableId, Token};
 use zerobus_sink_catalog::PrimaryRawShape;
 use zerobus_sink_catalog::primary_raw::validate;
-use zerobus_sink_testkit::emulator::{Code, Fault, delta};
+use zerobus_sink_testkit::emulator::{Code, Count, Fault, delta};
 use zerobus_sink_tokio::{
     DeliveryError, Provisioning, SendError, Sink, StartError, TableDef, ZerobusSink,
 };
@@ -252,7 +252,7 @@ async fn a_stream_does_not_reopen_on_a_table_changed_since_validation() {
     rig.emulator.inject(
         RAW,
         Fault::FailAfter {
-            messages: 2,
+            logged: Count::Messages(2),
             code: Code::Unavailable,
         },
     );

@@ -15,7 +15,7 @@ use common::{Recorder, config};
 use zerobus_sink::{Raw, Token};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_catalog::{DesiredTable, Policy, Role, TableCatalog, TableRef};
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, Fault, delta};
+use zerobus_sink_testkit::emulator::{Count, Emulator, EmulatorConfig, Fault, delta};
 use zerobus_sink_tokio::{EMIT_TS, Provisioning, SendError, Sink, TableDef, ZerobusSink};
 
 const TABLE: &str = "main.bronze.events";
@@ -326,11 +326,16 @@ async fn two_sinks_provisioning_the_same_table_at_once_both_land_their_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_lose_no_confirmed_row_in_the_delta_table() {
     let rig = Rig::new(|c| c.ack_latency(Duration::from_millis(20))).await;
-    rig.emulator.inject(TABLE, Fault::DropAfter { messages: 3 });
+    rig.emulator.inject(
+        TABLE,
+        Fault::DropAfter {
+            logged: Count::Rows(150),
+        },
+    );
     rig.emulator.inject(
         TABLE,
         Fault::RotateAfter {
-            messages: 2,
+            acked: Count::Rows(100),
             grace: Duration::from_millis(200),
         },
     );

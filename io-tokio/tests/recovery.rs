@@ -18,7 +18,7 @@ use zerobus_sink_catalog::SinkId;
 use zerobus_sink_catalog::local::coverage_store::CoverageStore;
 use zerobus_sink_catalog::recovery::{Lag, Recover, RecoveryError};
 use zerobus_sink_testkit::Rng;
-use zerobus_sink_testkit::emulator::{Fault, delta};
+use zerobus_sink_testkit::emulator::{Count, Fault, delta};
 use zerobus_sink_tokio::{Confirmer, IsolatedRows, Provisioning, Sink, TableDef, ZerobusSink};
 
 /// A derived sink's confirmer: its coverage grows from durable confirmations only.
@@ -95,7 +95,12 @@ async fn a_range_is_read_back_once_the_lagging_table_shows_what_the_coverage_hol
     // after its fifth message was logged but before it was acked: the sink replays it, so the
     // table will hold that batch twice.
     rig.emulator.hold_materialization(true);
-    rig.emulator.inject(RAW, Fault::DropAfter { messages: 5 });
+    rig.emulator.inject(
+        RAW,
+        Fault::DropAfter {
+            logged: Count::Rows(50),
+        },
+    );
     for i in 0..20 {
         write(&mut sink, 0, i * 10).await;
     }

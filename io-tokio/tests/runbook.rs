@@ -8,11 +8,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
-use common::{Logs, Recorder, config, emulator, orders, parse, per_batch, schema, sum};
+use common::{Logs, Recorder, config, emulator, orders, parse, schema, sum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use zerobus_sink::{Raw, RejectReason, Token};
 use zerobus_sink_catalog::local::LocalDelta;
-use zerobus_sink_testkit::emulator::{Code, Fault};
+use zerobus_sink_testkit::emulator::{Code, Count, Fault};
 use zerobus_sink_tokio::{
     Credentials, Provisioning, ResubmitPolicy, Secret, SendError, Sink, TableDef, ZerobusConfig,
     ZerobusSink, ops, telemetry,
@@ -73,12 +73,12 @@ async fn poison_our_stream_died() {
     emu.inject(
         T,
         Fault::FailAfter {
-            messages: 5,
+            logged: Count::Rows(5 * ROWS as u64),
             code: Code::Unavailable,
         },
     );
     let recorder = Recorder::default();
-    let mut sink = start(per_batch(&emu), T, 1, &recorder);
+    let mut sink = start(config(&emu), T, 1, &recorder);
     send_all(&mut sink, T, 30).await;
     sink.flush().await.unwrap();
     assert_eq!(metric(telemetry::POISONED, T), 1.0);

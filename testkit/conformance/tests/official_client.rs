@@ -10,7 +10,7 @@ use std::time::Duration;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use databricks_zerobus_ingest_sdk::ZerobusSdk;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, Fault, wal};
+use zerobus_sink_testkit::emulator::{Count, Emulator, EmulatorConfig, Fault, wal};
 
 const TABLE: &str = "main.bronze.conformance";
 
@@ -112,7 +112,7 @@ async fn official_client_follows_a_rotation_and_loses_nothing() {
     emu.inject(
         TABLE,
         Fault::RotateAfter {
-            messages: 2,
+            acked: Count::Messages(2),
             grace: Duration::from_millis(1_000),
         },
     );

@@ -170,33 +170,57 @@ pub enum Fault {
         /// The comma-separated causes, e.g. `"TYPE_INCOMPATIBLE,FIELD_NOT_IN_TABLE"`.
         causes: String,
     },
-    /// Once at least `messages` messages are logged (and before acking them), end the call
-    /// with this status.
+    /// Once at least `logged` of this call's traffic is logged (and before acking it), end
+    /// the call with this status.
     FailAfter {
-        /// Messages logged first.
-        messages: u64,
+        /// How much is logged first.
+        logged: Count,
         /// The status code.
         code: Code,
     },
-    /// Once at least `messages` messages are logged (and before acking them), cut the TCP
-    /// connection: no status, no trailers.
+    /// Once at least `logged` of this call's traffic is logged (and before acking it), cut the
+    /// TCP connection: no status, no trailers.
     DropAfter {
-        /// Messages logged first.
-        messages: u64,
+        /// How much is logged first.
+        logged: Count,
     },
-    /// Once at least `messages` messages are acked, send `close_stream_duration_ms`; keep
-    /// accepting and acking; end the call (OK) when the client half-closes or `grace` passes.
+    /// Once at least `acked` of this call's traffic is acked, send `close_stream_duration_ms`;
+    /// keep accepting and acking; end the call (OK) when the client half-closes or `grace`
+    /// passes.
     RotateAfter {
-        /// Messages acked first.
-        messages: u64,
+        /// How much is acked first.
+        acked: Count,
         /// The grace period.
         grace: Duration,
     },
-    /// Once at least `messages` messages are logged, ack more rows than were received.
+    /// Once at least `logged` of this call's traffic is logged, ack more rows than were
+    /// received.
     ForwardAckAfter {
-        /// Messages logged first.
-        messages: u64,
+        /// How much is logged first.
+        logged: Count,
     },
+}
+
+/// How far into one call a fault fires: a number of messages, or of rows. A client that sends
+/// several batches as one message (ours, by default) takes a number of messages that depends on
+/// timing, so a fault meant to land at the same point of every run counts rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Record batch messages.
+    Messages(u64),
+    /// Rows, summed over the messages.
+    Rows(u64),
+}
+
+impl Count {
+    /// Whether a call that has seen `messages` messages of `rows` rows has reached this count.
+    #[must_use]
+    pub fn reached(self, messages: u64, rows: u64) -> bool {
+        match self {
+            Count::Messages(n) => messages >= n,
+            Count::Rows(n) => rows >= n,
+        }
+    }
 }
 
 /// Counters, for assertions. Its `Debug` shows how many bearer tokens were presented, never

@@ -483,18 +483,18 @@ impl Connection {
                 }
             }
             match self.fault {
-                Some(Fault::DropAfter { messages: n }) if messages >= n => {
+                Some(Fault::DropAfter { logged }) if logged.reached(messages, rows) => {
                     if let Some(s) = &self.switch {
                         tracing::debug!(peer = %s.peer, table = %self.call.table, "cutting the connection");
                         s.kill();
                     }
                     return;
                 }
-                Some(Fault::FailAfter { messages: n, code }) if messages >= n => {
+                Some(Fault::FailAfter { logged, code }) if logged.reached(messages, rows) => {
                     let table = &self.call.table;
                     return self.fail(Status::new(code, format!("injected fault on {table}")));
                 }
-                Some(Fault::ForwardAckAfter { messages: n }) if messages >= n => {
+                Some(Fault::ForwardAckAfter { logged }) if logged.reached(messages, rows) => {
                     self.shared.lock().stats.acks += 1;
                     self.reply(ack(last, rows + 1_000));
                     continue;
@@ -516,8 +516,8 @@ impl Connection {
             if let Some(sem) = &unacked.permits {
                 sem.add_permits(group_permits as usize);
             }
-            if let Some(Fault::RotateAfter { messages: n, grace }) = self.fault
-                && messages >= n
+            if let Some(Fault::RotateAfter { acked, grace }) = self.fault
+                && acked.reached(messages, rows)
                 && rotation_deadline.is_none()
             {
                 let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
