@@ -47,6 +47,8 @@
 //! limits it encodes back to back while the others encode as acks free room. To compare it
 //! paced as the others are, `ZEROBUS_BENCH_BARE_WINDOW` holds its rows sent and not yet acked
 //! per stream to that many (e.g. 50000, ours' default), waiting for acks before encoding more.
+//! `ZEROBUS_BENCH_COALESCE` sets ours' `coalesce_bytes` (0: every batch its own message, as
+//! the other clients send them; default the sink's, `COALESCE_BYTES`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,7 +66,9 @@ use zerobus_sink::{
 };
 use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
 use zerobus_sink_tokio::health::{Phase, TableHealth};
-use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink};
+use zerobus_sink_tokio::{
+    COALESCE_BYTES, Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink,
+};
 
 const EMULATOR: &str = "emulator";
 const CLIENT: &str = "client";
@@ -358,7 +362,8 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         .iter()
         .map(|t| TableDef::new(t.as_str(), schema.clone()).sizing(PoolSizing::fixed(streams)))
         .collect();
-    let config = ZerobusConfig::new(url);
+    let config =
+        ZerobusConfig::new(url).coalesce_bytes(env("ZEROBUS_BENCH_COALESCE", COALESCE_BYTES));
     let mut sink = ZerobusSink::<Raw>::start(config, defs, Count).expect("start");
     let ids: Vec<_> = names
         .iter()
@@ -793,8 +798,9 @@ fn main() {
         "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare)"
     );
     println!(
-        "each client at its defaults; ours: window {:?}; bare: window {}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
+        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
         WindowLimits::default(),
+        env("ZEROBUS_BENCH_COALESCE", COALESCE_BYTES),
         bare_window().map_or("none".into(), |w| format!("{w} rows")),
     );
     println!(
