@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use deltalake::kernel::MetadataValue;
@@ -276,4 +276,88 @@ async fn widening_is_a_named_error_on_the_local_backend() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("widen") && err.contains("column n"), "{err}");
+}
+
+/// One batch of `ids` for the table's current columns: each `NOT NULL` column filled (the
+/// source position the sink stamps), `currency` with `currency` where the table has it, every
+/// other nullable column null.
+async fn append(catalog: &LocalDelta, table: &TableRef, ids: Vec<i64>, currency: &str) {
+    let url =
+        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(table)).unwrap())
+            .unwrap();
+    let mut delta = deltalake::open_table(url).await.unwrap();
+    let mut writer = deltalake::writer::RecordBatchWriter::for_table(&delta).unwrap();
+    let schema = writer.arrow_schema();
+    let rows = ids.len();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match (f.name().as_str(), f.data_type()) {
+                ("id", _) => Arc::new(Int64Array::from(ids.clone())),
+                ("currency", _) => Arc::new(StringArray::from(vec![currency; rows])),
+                (_, _) if f.is_nullable() => arrow_array::new_null_array(f.data_type(), rows),
+                (_, DataType::Utf8) => Arc::new(StringArray::from(vec!["orders"; rows])),
+                (_, DataType::Int32) => Arc::new(Int32Array::from(vec![0; rows])),
+                (_, DataType::Int64) => Arc::new(Int64Array::from(vec![0; rows])),
+                (_, DataType::Timestamp(TimeUnit::Microsecond, tz)) => Arc::new(
+                    TimestampMicrosecondArray::from(vec![0; rows]).with_timezone_opt(tz.clone()),
+                ),
+                (name, other) => panic!("no value for NOT NULL column {name} of {other}"),
+            }
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema, columns).unwrap();
+    deltalake::writer::DeltaWriter::write(&mut writer, batch)
+        .await
+        .unwrap();
+    deltalake::writer::DeltaWriter::flush_and_commit(&mut writer, &mut delta)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_file_written_before_a_column_was_added_reads_it_as_nulls() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = LocalDelta::new(dir.path());
+    let table = TableRef::parse("main.bronze.orders").unwrap();
+    let c = contract();
+    catalog
+        .reconcile(&desired(fields(), &c), &Policy::default())
+        .await
+        .unwrap();
+    append(&catalog, &table, vec![1, 2], "unused").await;
+    let mut evolved = fields();
+    evolved.push(Field::new("currency", DataType::Utf8, true));
+    catalog
+        .reconcile(&desired(evolved, &c), &Policy::default())
+        .await
+        .unwrap();
+    append(&catalog, &table, vec![3], "EUR").await;
+
+    let (batches, version) = catalog.read_table(&table).await.unwrap();
+    assert_eq!(version, 3, "create, append, evolve, append");
+    let mut seen = BTreeMap::new();
+    for b in &batches {
+        // Every batch has the table's current columns, the old file's too.
+        let schema = b.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let mut want = with_reserved(&["id", "note"]);
+        want.push("currency");
+        assert_eq!(names, want);
+        let ids = b.column_by_name("id").unwrap();
+        let ids = ids.as_any().downcast_ref::<Int64Array>().unwrap();
+        let currency = b.column_by_name("currency").unwrap();
+        let currency = currency.as_any().downcast_ref::<StringArray>().unwrap();
+        for row in 0..b.num_rows() {
+            let value = currency
+                .is_valid(row)
+                .then(|| currency.value(row).to_owned());
+            seen.insert(ids.value(row), value);
+        }
+    }
+    assert_eq!(
+        seen,
+        BTreeMap::from([(1, None), (2, None), (3, Some("EUR".to_owned()))])
+    );
 }

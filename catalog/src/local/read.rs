@@ -1,18 +1,25 @@
 //! Reading a local table back: every row of its current version (tests, the demo and
 //! recovery), and the local backend's [`Recover`]: the table opened at the location its vended
-//! credentials name, read with delta-rs and the Parquet reader (no datafusion).
+//! credentials name, read with delta-rs and the Parquet reader (no datafusion). Each file is
+//! read as the table's current schema shows it, as a Delta reader does: a file written before a
+//! column was added reads that column as nulls.
+
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use arrow_schema::Schema;
+use deltalake::kernel::engine::arrow_conversion::TryIntoArrow as _;
 use url::Url;
 use zerobus_sink::{Coverage, CoverageRange};
 
-use super::LocalDelta;
+use super::{LocalDelta, fit};
 use crate::catalog::{Access, TableCatalog};
 use crate::recovery::{Lag, Recover, Recovered, RecoveryError, until_visible};
 use crate::table_ref::TableRef;
 
 impl LocalDelta {
-    /// Every row of `table` at its current version, with the version.
+    /// Every row of `table` at its current version, with the version, in batches of the
+    /// table's current schema (a column added since a file was written reads as nulls there).
     ///
     /// # Errors
     /// [`RecoveryError::Catalog`] if the table does not exist; [`RecoveryError::Read`] naming
@@ -44,6 +51,14 @@ async fn read_at(table: &TableRef, url: &str) -> Result<(Vec<RecordBatch>, u64),
         .await
         .map_err(|e| read_err("the Delta log", e.to_string()))?;
     let version = delta.version().unwrap_or(0);
+    let schema: Schema = delta
+        .snapshot()
+        .map_err(|e| read_err("the snapshot", e.to_string()))?
+        .schema()
+        .as_ref()
+        .try_into_arrow()
+        .map_err(|e| read_err("the schema", e.to_string()))?;
+    let schema = Arc::new(schema);
     let files: Vec<String> = delta
         .get_file_uris()
         .map_err(|e| read_err("the file list", e.to_string()))?
@@ -66,7 +81,8 @@ async fn read_at(table: &TableRef, url: &str) -> Result<(Vec<RecordBatch>, u64),
                 .and_then(|b| b.build())
                 .map_err(|e| file_err(e.to_string()))?;
             for batch in reader {
-                out.push(batch.map_err(|e| file_err(e.to_string()))?);
+                let batch = batch.map_err(|e| file_err(e.to_string()))?;
+                out.push(fit(&batch, &schema).map_err(|e| file_err(e.to_string()))?);
             }
         }
         Ok((out, version))
