@@ -92,8 +92,8 @@ async fn a_range_is_read_back_once_the_lagging_table_shows_what_the_coverage_hol
     let confirmer = Covering::default();
     let mut sink = rig.sink("sink-a", &confirmer).await;
     // The service's table lags its acks (here: held back entirely), and one stream is cut
-    // after its fifth message was logged but before it was acked: the sink replays it, so the
-    // table will hold that batch twice.
+    // once five batches' rows were logged, before they were acked: the sink replays what was
+    // cut, so the table will hold those rows twice.
     rig.emulator.hold_materialization(true);
     rig.emulator.inject(
         RAW,
