@@ -320,6 +320,11 @@ fn run_length() -> usize {
     env("ZEROBUS_BENCH_RUN", 1).max(1)
 }
 
+/// Ours' `coalesce_bytes` (`ZEROBUS_BENCH_COALESCE`, default the sink's).
+fn coalesce() -> u64 {
+    env("ZEROBUS_BENCH_COALESCE", COALESCE_BYTES)
+}
+
 /// Environment variable `name` parsed, or `default` when it is unset or does not parse.
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -362,8 +367,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         .iter()
         .map(|t| TableDef::new(t.as_str(), schema.clone()).sizing(PoolSizing::fixed(streams)))
         .collect();
-    let config =
-        ZerobusConfig::new(url).coalesce_bytes(env("ZEROBUS_BENCH_COALESCE", COALESCE_BYTES));
+    let config = ZerobusConfig::new(url).coalesce_bytes(coalesce());
     let mut sink = ZerobusSink::<Raw>::start(config, defs, Count).expect("start");
     let ids: Vec<_> = names
         .iter()
@@ -800,7 +804,7 @@ fn main() {
     println!(
         "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
         WindowLimits::default(),
-        env("ZEROBUS_BENCH_COALESCE", COALESCE_BYTES),
+        coalesce(),
         bare_window().map_or("none".into(), |w| format!("{w} rows")),
     );
     println!(
