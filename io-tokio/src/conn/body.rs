@@ -6,13 +6,13 @@
 //! **Small batches go together.** The batches handed over since the body was last polled, each
 //! below `ZerobusConfig::coalesce_bytes` (256 KiB by default), leave as one wire message (their
 //! rows concatenated, up to that many bytes of Arrow data, or the sink's `max_message_bytes` if
-//! lower; 0 sends each batch alone). Nothing waits
-//! to be grouped: a group is what has queued up while HTTP/2 was sending, so a stream at low
-//! rates sends each batch alone, and a busy one pays the per-message costs (a frame, an IPC
-//! header, a compression frame, the service's decoding and ack) once per group rather than once
-//! per batch, which the official client, one message per `ingest_batch`, does not. Acks complete
-//! batches by rows (`ack_up_to_records`), so the core does not see where messages begin; the
-//! body numbers the messages it sends (`offset_id` from 0 on each call, rising by 1).
+//! lower; 0 sends each batch alone). Nothing waits to be grouped: a group is what has queued up
+//! while HTTP/2 was sending, so a stream at low rates sends each batch alone, and a busy one
+//! pays the per-message costs (a frame, an IPC header, a compression frame, the service's
+//! decoding and ack) once per group rather than once per batch, which the official client, one
+//! message per `ingest_batch`, does not. Acks complete batches by rows (`ack_up_to_records`),
+//! so the core does not see where messages begin; the body numbers the messages it sends
+//! (`offset_id` from 0 on each call, rising by 1).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
