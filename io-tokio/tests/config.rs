@@ -89,7 +89,7 @@ fn every_documented_key_reaches_the_sink() {
     let w = c.core.window;
     assert_eq!(
         (w.max_batches, w.max_bytes, w.max_rows),
-        (1000, 536_870_912, 50_000)
+        (1000, 536_870_912, 60_000)
     );
     let r = c.core.retry;
     assert_eq!(r.initial_backoff, Duration::from_secs(2));
@@ -153,7 +153,7 @@ fn every_documented_key_reaches_the_sink() {
             ("main.bronze.refunds", "standard", 2)
         ]
     );
-    assert_eq!(effective.window, (1000, 536_870_912, 50_000));
+    assert_eq!(effective.window, (1000, 536_870_912, 60_000));
 }
 
 /// The minimal file, with `extra` appended, parsed.

@@ -473,7 +473,7 @@ async fn send_awaits_while_the_window_is_full() {
 async fn a_batch_above_the_wire_limit_is_split_without_breaking_the_row_accounting() {
     let dir = tempfile::tempdir().unwrap();
     let emu = emulator(&dir, |c| c).await;
-    // The default window holds 50,000 rows per stream; this batch is twice that.
+    // The default window holds 60,000 rows per stream; this batch is above it.
     let mut cfg = config(&emu);
     cfg.core.window.max_rows = 200_000;
     let (mut sink, id, recorder) = start(cfg, 1);

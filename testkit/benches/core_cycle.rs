@@ -42,7 +42,7 @@ impl Batch for Rows {
     }
 }
 
-/// Rows per batch: 64 batches per ack stay inside the default window's 50,000 rows.
+/// Rows per batch: 64 batches per ack stay inside the default window's 60,000 rows.
 const ROWS: u64 = 100;
 /// Cycles per timed chunk: the tokens for a chunk are built before it.
 const CHUNK: u64 = 4_096;

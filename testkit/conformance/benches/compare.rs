@@ -46,7 +46,7 @@
 //! The bare client has no window: it encodes and queues a whole run ahead of its acks, so under
 //! limits it encodes back to back while the others encode as acks free room. To compare it
 //! paced as the others are, `ZEROBUS_BENCH_BARE_WINDOW` holds its rows sent and not yet acked
-//! per stream to that many (e.g. 50000, ours' default), waiting for acks before encoding more.
+//! per stream to that many (e.g. 60000, ours' default), waiting for acks before encoding more.
 //! `ZEROBUS_BENCH_COALESCE` sets ours' `coalesce_bytes` (0: every batch its own message, as
 //! the other clients send them; default the sink's, `COALESCE_BYTES`).
 
