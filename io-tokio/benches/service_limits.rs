@@ -14,6 +14,9 @@
 //! ```
 //!
 //! The second holds the emulator to the quotas page's 100,000 rows/s per stream instead.
+//! `ZEROBUS_BENCH_UNACKED=50000` also makes it stop reading a stream while that many rows are
+//! read and not yet acked (the buffer the service's write-ups describe; the docs give no
+//! figure), so that what a window holds beyond it waits in HTTP/2 flow control.
 
 mod common;
 use common::Strict;
@@ -122,10 +125,16 @@ async fn main() {
         Ok("quotas") => StreamLimits::quotas(),
         _ => StreamLimits::documented(),
     };
+    let unacked = std::env::var("ZEROBUS_BENCH_UNACKED")
+        .ok()
+        .map(|v| v.parse::<u64>().expect("ZEROBUS_BENCH_UNACKED: rows"));
+    let limits = unacked.map_or(limits, |rows| limits.max_unacked_rows(rows));
     println!(
-        "one stream, default configuration, the emulator at {} MB/s and {} rows/s per stream",
+        "one stream, default configuration, the emulator at {} MB/s and {} rows/s per stream, \
+         unacked rows {}",
         limits.bytes_per_sec / 1_000_000,
-        limits.rows_per_sec
+        limits.rows_per_sec,
+        unacked.map_or("unbounded".to_owned(), |rows| rows.to_string())
     );
     println!("latency  row bytes  batch rows  rows/s (1-6 s)  limit rows/s  ratio");
     for latency in [200, 500] {
