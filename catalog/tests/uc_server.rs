@@ -3,9 +3,10 @@
 //! an external location, external Delta tables): describe parsing (comments, properties,
 //! decimals, arrays, VARIANT), a missing table versus a missing schema or catalog (the server
 //! answers all three with the same generic `RESOURCE_NOT_FOUND`), a wrong base URL, temporary
-//! credentials for reading and writing, and the absent SQL endpoint. The server is never built by this project (it is ~300 crates, ~17 minutes on 2
-//! cores), so the test is `#[ignore]`d with its reason: `cargo test` counts it as ignored, never
-//! as passed. To run it, build the server once outside the workspace and name it:
+//! credentials for reading and writing, and the absent SQL endpoint. The server is never built
+//! by this project (it is ~300 crates, ~17 minutes on 2 cores), so the test is `#[ignore]`d
+//! with its reason: `cargo test` counts it as ignored, never as passed. To run it, build the
+//! server once outside the workspace and name it:
 //!
 //! ```text
 //! cargo install olai-uc-server --version 0.0.11 --features bin --locked

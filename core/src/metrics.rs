@@ -146,8 +146,9 @@ pub struct Metrics {
     pub full_passes: u64,
 }
 
-/// Watermarks, in batches and rows (of the sink, a table or a slot). Both `submitted` and `delivered` only grow, and
-/// `delivered <= submitted` always (invariant 2). The source may advance only on `delivered`.
+/// Watermarks, in batches and rows (of the sink, a table or a slot). Both `submitted` and
+/// `delivered` only grow, and `delivered <= submitted` always (invariant 2). The source may
+/// advance only on `delivered`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Watermarks {
     /// Batches admitted.

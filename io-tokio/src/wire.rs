@@ -45,8 +45,8 @@ thread_local! {
     /// zstd context's tables are large; with a context per stream, 50 streams encoding in turn
     /// kept evicting each other's tables from the cache (the `compare` bench's 50-tables cell
     /// at 0 ms: 4.5 ms of CPU per MB with a context per stream, 3.4 with one per thread, one
-    /// run each), and held their memory for each stream's life. The context carries nothing from one message to the next but
-    /// reused allocations, so any stream may use it.
+    /// run each), and held their memory for each stream's life. The context carries nothing
+    /// from one message to the next but reused allocations, so any stream may use it.
     static CONTEXT: std::cell::RefCell<IpcWriteContext> =
         std::cell::RefCell::new(IpcWriteContext::default());
 }

@@ -5,9 +5,11 @@
 //! Throughput: a stream's acks are held to both rates by a token bucket ([`Pace`]) that holds
 //! at most [`StreamLimits::burst`] of credit: a stream that sat idle may then go faster only
 //! for that long. (A first version gave credit for all the time since READY, so a client whose
-//! streams waited longer before a benchmark's timer started was let through faster.) Unacked rows: the emulator stops reading a
-//! stream's messages while that many rows are read and not yet acked, so HTTP/2 flow control
-//! pushes back on the client, as a service that buffers a bounded amount would.
+//! streams waited longer before a benchmark's timer started was let through faster.)
+//!
+//! Unacked rows: the emulator stops reading a stream's messages while that many rows are read
+//! and not yet acked, so HTTP/2 flow control pushes back on the client, as a service that
+//! buffers a bounded amount would.
 
 use std::time::Duration;
 
