@@ -237,21 +237,12 @@ async fn a_table_the_catalog_created_takes_the_batches_its_schema_describes() {
         Arc::new(Int32Array::from(vec![0, 1, 2])),
     ];
     let batch = RecordBatch::try_new(schema, columns).unwrap();
-    let url =
-        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(&d.table)).unwrap())
-            .unwrap();
+    let url = table_url(&catalog, &d.table);
     let mut table = deltalake::open_table(url.clone()).await.unwrap();
-    let mut writer = deltalake::writer::RecordBatchWriter::for_table(&table).unwrap();
-    deltalake::writer::DeltaWriter::write(&mut writer, batch)
-        .await
-        .unwrap();
-    let version = deltalake::writer::DeltaWriter::flush_and_commit(&mut writer, &mut table)
-        .await
-        .unwrap();
+    let version = commit(&mut table, batch).await;
     assert_eq!(version, 1);
     let reread = deltalake::open_table(url).await.unwrap();
     assert_eq!(reread.get_file_uris().unwrap().count(), 1);
-    let _ = TimeUnit::Microsecond;
 }
 
 #[tokio::test]
@@ -278,16 +269,32 @@ async fn widening_is_a_named_error_on_the_local_backend() {
     assert!(err.contains("widen") && err.contains("column n"), "{err}");
 }
 
+/// The table's directory as the URL delta-rs opens.
+fn table_url(catalog: &LocalDelta, table: &TableRef) -> url::Url {
+    url::Url::from_directory_path(std::fs::canonicalize(catalog.location(table)).unwrap()).unwrap()
+}
+
+/// Writes `batch` to `table` as one commit; the version it made.
+async fn commit(table: &mut deltalake::DeltaTable, batch: RecordBatch) -> u64 {
+    let mut writer = deltalake::writer::RecordBatchWriter::for_table(table).unwrap();
+    deltalake::writer::DeltaWriter::write(&mut writer, batch)
+        .await
+        .unwrap();
+    deltalake::writer::DeltaWriter::flush_and_commit(&mut writer, table)
+        .await
+        .unwrap()
+}
+
 /// One batch of `ids` for the table's current columns: each `NOT NULL` column filled (the
 /// source position the sink stamps), `currency` with `currency` where the table has it, every
 /// other nullable column null.
 async fn append(catalog: &LocalDelta, table: &TableRef, ids: Vec<i64>, currency: &str) {
-    let url =
-        url::Url::from_directory_path(std::fs::canonicalize(catalog.location(table)).unwrap())
-            .unwrap();
-    let mut delta = deltalake::open_table(url).await.unwrap();
-    let mut writer = deltalake::writer::RecordBatchWriter::for_table(&delta).unwrap();
-    let schema = writer.arrow_schema();
+    let mut delta = deltalake::open_table(table_url(catalog, table))
+        .await
+        .unwrap();
+    let schema = deltalake::writer::RecordBatchWriter::for_table(&delta)
+        .unwrap()
+        .arrow_schema();
     let rows = ids.len();
     let columns: Vec<ArrayRef> = schema
         .fields()
@@ -308,12 +315,7 @@ async fn append(catalog: &LocalDelta, table: &TableRef, ids: Vec<i64>, currency:
         })
         .collect();
     let batch = RecordBatch::try_new(schema, columns).unwrap();
-    deltalake::writer::DeltaWriter::write(&mut writer, batch)
-        .await
-        .unwrap();
-    deltalake::writer::DeltaWriter::flush_and_commit(&mut writer, &mut delta)
-        .await
-        .unwrap();
+    commit(&mut delta, batch).await;
 }
 
 #[tokio::test]
