@@ -89,9 +89,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **Drain contract.** After every [`submit`](SinkCore::submit), [`handle`](SinkCore::handle)
-//! and [`close`](SinkCore::close), and whenever the time in the last `Output::Timeout(Some(at))`
-//! is reached, call [`poll_output`](SinkCore::poll_output) until it returns `Output::Timeout`.
+//! **Drain contract.** After every [`submit`](SinkCore::submit), [`handle`](SinkCore::handle),
+//! [`flush`](SinkCore::flush) and [`close`](SinkCore::close), and whenever the time in the last
+//! `Output::Timeout(Some(at))` is reached, call [`poll_output`](SinkCore::poll_output) until it
+//! returns `Output::Timeout`.
 //! Outputs come in the order their causes happened; `Confirmed` bursts of one slot come in
 //! offset order.
 //!
@@ -100,8 +101,10 @@
 //! One sink serves many tables ([`SinkCore::add_table`]); each gets a pool of stream slots
 //! sized to its bandwidth ([`PoolSizing`]), opened together at its first batch and kept for the
 //! sink's life, under a global cap ([`SinkConfig::max_open_streams`]) enforced by draining and
-//! closing the least recently used table. Batches go round-robin to READY slots, or by key hash
-//! to a fixed slot for keyed tables. Failures are classified ([`ErrorClass`]): transient and
+//! closing the least recently used table. Batches go round-robin to READY slots with room, or
+//! by key hash to a fixed slot for keyed tables; when the caller flushes, a table's queue is
+//! dealt over its slots by what each has left and its pace, so that they finish together
+//! ([`SinkCore::flush`]). Failures are classified ([`ErrorClass`]): transient and
 //! poison failures back off (exponential, seeded jitter) and replay the unacked suffix on a new
 //! connection; concurrency rejects back off the slot while the others carry the traffic; a
 //! rotation drains, half-closes and reopens; fatal errors fail the table and hand its batches

@@ -61,6 +61,10 @@ pub(crate) struct Live {
     pub(crate) next_wire: u64,
     pub(crate) rows_sent: u64,
     pub(crate) rows_acked: u64,
+    /// Its pace, for a flush's deal ([`SlotWindow::left`]): the time and cumulative rows of
+    /// the first ack since it last had nothing in flight, and the time of the last ack.
+    pub(crate) paced_from: Option<(Time, u64)>,
+    pub(crate) acked_at: Time,
 }
 
 /// Why a live connection is draining (no sends; acks still applied).
@@ -273,6 +277,31 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.placed > 0
     }
 
+    /// What a READY stream has left to make durable at `now`, and its pace, for a flush's deal:
+    /// `(rows, rows per second)`. The pace is the rows acked between the first and the last ack
+    /// since the stream last had nothing in flight (from the first ack, so the time to
+    /// durability does not count as slowness); the rows left are those pending less what that
+    /// pace has made durable since the last ack (acks come in steps, and a stream whose ack is
+    /// due has less left than its pending rows say). `None` until two acks give a pace, or
+    /// when not READY.
+    pub(crate) fn left(&self, now: Time) -> Option<(u64, u64)> {
+        let Phase::Ready(live) = self.phase else {
+            return None;
+        };
+        let (from, from_rows) = live.paced_from?;
+        let paced = live.acked_at.saturating_since(from).as_micros();
+        let rows = live.rows_acked.saturating_sub(from_rows);
+        if rows == 0 || paced == 0 {
+            return None;
+        }
+        let per_sec = u128::from(rows) * 1_000_000 / paced;
+        let since = now.saturating_since(live.acked_at).as_micros();
+        let done = per_sec.saturating_mul(since) / 1_000_000;
+        let pending = self.usage.rows;
+        let left = pending.saturating_sub(u64::try_from(done).unwrap_or(u64::MAX));
+        Some((left, u64::try_from(per_sec).unwrap_or(u64::MAX).max(1)))
+    }
+
     pub(crate) fn is_ready(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))
     }
@@ -299,8 +328,8 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         offset
     }
 
-    /// READY for `conn`: false if `conn` is not the one being opened.
-    pub(crate) fn on_ready(&mut self, conn: ConnGen) -> bool {
+    /// READY for `conn` at `now`: false if `conn` is not the one being opened.
+    pub(crate) fn on_ready(&mut self, now: Time, conn: ConnGen) -> bool {
         match self.phase {
             Phase::Opening { conn: opening, .. } if opening == conn => {
                 self.phase = Phase::Ready(Live {
@@ -308,6 +337,8 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                     next_wire: 0,
                     rows_sent: 0,
                     rows_acked: 0,
+                    paced_from: None,
+                    acked_at: now,
                 });
                 true
             }
@@ -339,6 +370,10 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         let Phase::Ready(ref mut live) = self.phase else {
             return 0;
         };
+        if live.rows_sent == live.rows_acked && self.placed < self.pending.len() {
+            // Nothing in flight: a new run of sends, whose pace the next acks tell.
+            live.paced_from = None;
+        }
         let mut messages = 0;
         while let Some(item) = self.pending.get_mut(self.placed) {
             if item.schema != self.conn_schema {
@@ -429,6 +464,8 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             return AckOutcome::Nothing(Ignored::NoProgress);
         }
         live.rows_acked = up_to_records;
+        live.acked_at = now;
+        live.paced_from.get_or_insert((now, up_to_records));
         let count = self
             .pending
             .iter()

@@ -92,7 +92,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 let detail = format!("{result:?}");
                 return self.unexpected_first(now, slot, generation, detail);
             }
-            window.on_ready(generation);
+            window.on_ready(now, generation);
             let epoch = window.opened_epoch;
             let t = &mut self.tables[window.table().index()];
             if epoch == t.cred_epoch {

@@ -6,6 +6,7 @@
 //! (timers, warming and evicting tables, assigning and placing batches, closing idle streams);
 //! `sched.rs` what lets the steady state skip it (dirty slots and tables, a timer heap).
 
+mod deal;
 mod input;
 mod pump;
 mod recovery;
@@ -61,6 +62,9 @@ pub(crate) struct TableState<L: Lane, B> {
     queued: InFlight,
     /// Round-robin position among the table's slots.
     cursor: usize,
+    /// While a flush deals the queue ([`SinkCore::flush`]): each of its slots' share, by slot
+    /// within the table; empty otherwise.
+    deal: Vec<deal::Share>,
     last_used: Time,
     /// When its pool was last opened.
     warm_since: Time,
@@ -202,6 +206,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             queue: VecDeque::new(),
             queued: InFlight::default(),
             cursor: 0,
+            deal: Vec::new(),
             last_used: Time::ZERO,
             warm_since: Time::ZERO,
             ready_since: None,
@@ -410,12 +415,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     let t = &mut self.tables[route.table.index()];
                     t.queued.add(rows, bytes);
                     t.queue.push_back(queued);
+                    self.join_deal(route.table.index(), rows, now);
                     None
                 }
             },
             None => {
                 t.queued.add(rows, bytes);
                 t.queue.push_back(queued);
+                self.join_deal(route.table.index(), rows, now);
                 None
             }
         };
@@ -514,6 +521,22 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             self.after_input(conn.slot(), was_ready, conn.generation());
         }
         handled
+    }
+
+    /// Says the caller now waits at `now` for everything admitted so far to be durable (a
+    /// flush). Each order-agnostic table's queued batches are then dealt over its READY
+    /// streams by what each has left and its pace, so that the streams finish together;
+    /// otherwise the last batches go to whichever stream frees room first, and the flush waits
+    /// for the one that took the most (up to an ack's rows more than the others). Batches
+    /// queued during the deal join it. A share is held for its stream only while that stream
+    /// has batches in flight (their acks bring its room); when it has none, or stops being
+    /// READY, or the queue is given out, placement is first come first served again. Optional:
+    /// nothing is lost or late without it.
+    pub fn flush(&mut self, now: Time) {
+        for table in 0..self.tables.len() {
+            self.deal(table, now);
+        }
+        self.sched.owe_full_pass();
     }
 
     /// Stops admission and drains: every slot closes gracefully once its table's batches are

@@ -318,7 +318,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 if t.spec.reconciled && !t.schemas.is_ok(front.schema) {
                     break;
                 }
-                let Some(k) = room_in(t, &self.slots, &limits, front.rows, front.bytes) else {
+                let Some(k) = super::deal::pick(t, &self.slots, &limits, front.rows, front.bytes)
+                else {
                     break;
                 };
                 let Some(q) = t.queue.pop_front() else { break };
@@ -326,6 +327,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 t.cursor = next_cursor(k, n);
                 self.slots[t.first_slot + k].assign(q);
                 self.sched.mark_slot(t.first_slot + k);
+            }
+            // A deal shares out the queue as it was: once it is given out, it is over.
+            if t.queue.is_empty() {
+                t.deal.clear();
             }
         }
     }
@@ -341,10 +346,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         let Some(t) = self.tables.get_mut(table) else {
             return Err(queued);
         };
-        if t.status != TableStatus::Warm || !t.queue.is_empty() {
+        if t.status != TableStatus::Warm || !t.queue.is_empty() || !t.deal.is_empty() {
             return Err(queued);
         }
-        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
+        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes, |_| true) else {
             return Err(queued);
         };
         t.cursor = next_cursor(k, usize::from(t.pool.slots));
@@ -459,15 +464,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 }
 
-/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
-/// of `rows`/`bytes`, as an index within the table's pool.
+/// The table's next slot, round-robin from its cursor, that is READY, has room for a batch of
+/// `rows`/`bytes` and is `eligible` (by its index within the table's pool), as that index.
 #[inline]
-fn room_in<L: Lane, B: Batch>(
+pub(super) fn room_in<L: Lane, B: Batch>(
     t: &TableState<L, B>,
     slots: &[SlotWindow<L, B>],
     limits: &WindowLimits,
     rows: u64,
     bytes: u64,
+    eligible: impl Fn(usize) -> bool,
 ) -> Option<usize> {
     let n = usize::from(t.pool.slots);
     // Round-robin from the cursor without a division per step (it is on every batch's path).
@@ -476,6 +482,7 @@ fn room_in<L: Lane, B: Batch>(
         slots
             .get(t.first_slot + k)
             .is_some_and(|w| w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none())
+            && eligible(k)
     })
 }
 
