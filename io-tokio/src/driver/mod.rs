@@ -444,7 +444,11 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     fn control(&mut self, control: Control) {
         let now = self.now();
         match control {
-            Control::Flush(reply) => self.flushes.push(reply),
+            Control::Flush(reply) => {
+                // The streams finish together: the queue is dealt over them.
+                self.core.flush(now);
+                self.flushes.push(reply);
+            }
             Control::Report(reply) => {
                 let _ = reply.send(self.snapshot());
             }
