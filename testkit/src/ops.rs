@@ -96,6 +96,8 @@ pub enum Op {
         /// Reconciled (`false`: refused).
         ok: bool,
     },
+    /// The caller flushes: the core deals each table's queue over its streams.
+    Flush,
 }
 
 const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
@@ -103,6 +105,9 @@ const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
 /// fuzz findings decode as they did).
 const CATALOG_TAGS: u8 = 242;
 const RECONCILED_TAG: u8 = 249;
+/// The last tag is a flush, which has no fields (it was a reconcile answer before flushes were
+/// operations).
+const FLUSH_TAG: u8 = 255;
 
 impl Op {
     /// Decodes a byte string into operations (the fuzz target's input format): a tag byte then
@@ -111,6 +116,11 @@ impl Op {
     pub fn decode_all(mut data: &[u8]) -> Vec<Op> {
         let mut ops = Vec::new();
         while let Some((&tag, rest)) = data.split_first() {
+            if tag == FLUSH_TAG {
+                ops.push(Op::Flush);
+                data = rest;
+                continue;
+            }
             if tag >= CATALOG_TAGS {
                 let Some((&f, rest)) = rest.split_first() else {
                     break;
@@ -197,6 +207,7 @@ impl Op {
                 }
                 Op::Drift { hold } => out.extend([CATALOG_TAGS, u8::from(hold)]),
                 Op::Reconciled { ok } => out.extend([RECONCILED_TAG, u8::from(ok)]),
+                Op::Flush => out.push(FLUSH_TAG),
             }
         }
         out
@@ -240,7 +251,7 @@ impl Arbitrary for Op {
             0 => u8::arbitrary(g),
             _ => u8::arbitrary(g) % 40,
         };
-        match u8::arbitrary(g) % 35 {
+        match u8::arbitrary(g) % 36 {
             0..=6 => Op::Submit { rows: rows(g) },
             7..=9 => Op::SubmitKeyed {
                 key: u8::arbitrary(g) % 5,
@@ -286,9 +297,10 @@ impl Arbitrary for Op {
             32 => Op::Drift {
                 hold: bool::arbitrary(g),
             },
-            _ => Op::Reconciled {
+            33 | 34 => Op::Reconciled {
                 ok: u8::arbitrary(g) % 4 != 0,
             },
+            _ => Op::Flush,
         }
     }
 }
@@ -656,6 +668,7 @@ impl Harness {
                 }
                 self.hold = false;
             }
+            Op::Flush => self.sink.flush(self.now),
             Op::Close { grace_ms } => {
                 self.closing = true;
                 self.oracle.closing();

@@ -106,6 +106,9 @@ pub struct SimConfig {
     pub drift: f64,
     /// Time the simulated catalog takes to answer a reconcile, drawn uniformly per request.
     pub reconcile_latency: (Duration, Duration),
+    /// Per batch admitted: the source then flushes (the core deals its queues,
+    /// [`SinkCore::flush`](zerobus_sink::SinkCore::flush)); it always does before it closes.
+    pub flush: f64,
 }
 
 impl SimConfig {
@@ -152,6 +155,7 @@ impl SimConfig {
             max_steps: 2_000_000,
             drift: 0.005,
             reconcile_latency: (Duration::from_millis(20), Duration::from_millis(300)),
+            flush: 0.01,
         };
         match name {
             "steady" => Some(steady),
@@ -269,6 +273,7 @@ impl SimConfig {
                 schema_refusal: chance(&mut rng, 0.3),
             },
             drift: chance(&mut rng, 0.03),
+            flush: chance(&mut rng, 0.05),
             ..base
         }
     }

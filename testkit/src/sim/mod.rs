@@ -433,6 +433,7 @@ impl Sim<'_> {
                 )
             }
             None => {
+                self.sink.flush(self.now);
                 self.closing = true;
                 self.oracle.closing();
                 self.sink
@@ -466,6 +467,9 @@ impl Sim<'_> {
                 self.next_id += 1;
                 self.oracle
                     .admitted(id, fresh.rows, fresh.bytes(), table, slot)?;
+                if self.rng.chance(self.config.flush) {
+                    self.sink.flush(self.now);
+                }
                 if self.config.inline_wait {
                     self.waiting_for = Some(id);
                 } else {
