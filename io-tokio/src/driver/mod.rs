@@ -381,6 +381,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             return;
         }
         if let Some((by, reply)) = self.close_asked.take() {
+            // A close waits for everything too: the streams finish together.
+            self.core.flush(now);
             self.core.close(now, by.max(now));
             self.closing = Some(reply);
             // What waits for room will not get it: refused as closed, and the batches
