@@ -53,7 +53,8 @@ pub trait Sink<L: Lane> {
     ) -> impl Future<Output = Result<Receipt, SendError<L>>> + Send;
     /// Waits until every batch sent so far is durable or handed to the confirmer's `failed`
     /// (batches being resubmitted are waited for); an error counts those handed over since the
-    /// previous flush.
+    /// previous flush. The batches still queued for a table's streams are dealt over them so
+    /// that they finish together (the core's `SinkCore::flush`).
     fn flush(&mut self) -> impl Future<Output = Result<(), FlushError>> + Send;
 }
 
@@ -329,8 +330,9 @@ impl<L: Lane> ZerobusSink<L> {
         Observer::new(self.control.clone())
     }
 
-    /// Stops admission, drains every stream to durable and closes it. Batches not durable
-    /// within `within` are handed back to the confirmer (and their receipts fail). Returns the
+    /// Stops admission, drains every stream to durable (dealing what is queued over the
+    /// streams, as [`flush`](Sink::flush) does) and closes it. Batches not durable within
+    /// `within` are handed back to the confirmer (and their receipts fail). Returns the
     /// summary. Never waits behind a `send` that waits for room (that send is refused).
     pub async fn close(self, within: Duration) -> Report {
         let (tx, rx) = oneshot::channel();
