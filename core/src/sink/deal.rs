@@ -28,8 +28,8 @@ pub(super) struct Share {
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Deals `table`'s queue if it is an order-agnostic warm table with batches queued and at
-    /// least two READY streams, each acked at least once (a pace to go by); ends any deal it
-    /// had otherwise.
+    /// least two READY streams, each with a pace to go by (two acks since it last had nothing
+    /// in flight); ends any deal it had otherwise.
     pub(super) fn deal(&mut self, table: usize, now: Time) {
         let Some(t) = self.tables.get_mut(table) else {
             return;
