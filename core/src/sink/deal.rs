@@ -39,15 +39,17 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return;
         }
         let slots = &self.slots[t.slots()];
-        let ready = slots.iter().filter(|w| w.is_ready()).count();
-        let paced = slots.iter().filter_map(|w| w.left(now)).count();
-        if ready < 2 || paced < ready {
-            return;
-        }
         t.deal.extend(slots.iter().map(|w| {
             let (rows, per_sec) = w.left(now).unwrap_or_default();
             Share { rows, per_sec }
         }));
+        // Only READY streams have a pace (`left` is `None` otherwise, and a pace is never 0).
+        let ready = slots.iter().filter(|w| w.is_ready()).count();
+        let paced = t.deal.iter().filter(|s| s.per_sec > 0).count();
+        if ready < 2 || paced < ready {
+            t.deal.clear();
+            return;
+        }
         fill(&mut t.deal, t.queued.rows);
         if t.deal.iter().all(|s| s.rows == 0) {
             t.deal.clear();
