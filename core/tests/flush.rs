@@ -1,5 +1,5 @@
-//! A flush deals a table's queue over its streams by what each has left and its pace, so that
-//! they finish together instead of up to an ack apart.
+//! A flush deals a table's queue over its streams, each batch to the stream whose last row
+//! would be due first with it, so that they finish together instead of up to a window apart.
 
 mod common;
 
@@ -12,6 +12,13 @@ const WINDOW: WindowLimits = WindowLimits {
     max_bytes: 1_000_000,
     max_rows: 100,
 };
+
+fn config() -> SinkConfig {
+    SinkConfig {
+        window: WINDOW,
+        ..SinkConfig::default()
+    }
+}
 
 /// Rows sent on `conn` among `outputs`.
 fn rows_on(outputs: &[Out], conn: ConnId<Raw>) -> u64 {
@@ -33,15 +40,11 @@ fn top_up(s: &mut Sink, table: TableId, now: u64, next: &mut i64) -> Vec<Out> {
 }
 
 /// Two READY streams of one table, both windows full and the queue full (200 rows), each
-/// stream acked twice at the same pace (200 rows/s) but the second 50 ms earlier: at 200 ms
-/// the first has 100 rows left and the second 90 (its pace has made 10 durable since its
-/// last ack). Returns the sink, the table, the two connections and the next token.
+/// stream acked twice at 200 rows/s, the second 50 ms before the first: at 200 ms the first
+/// has 100 rows left and the second 90 (its pace has made 10 durable since its last ack).
+/// Returns the sink, the table, the two connections (by slot) and the next token.
 fn paced_streams() -> (Sink, TableId, [ConnId<Raw>; 2], i64) {
-    let config = SinkConfig {
-        window: WINDOW,
-        ..SinkConfig::default()
-    };
-    let (mut s, table) = sink_with(2, config);
+    let (mut s, table) = sink_with(2, config());
     let mut next = 0;
     let out = top_up(&mut s, table, 0, &mut next);
     let mut conns: Vec<ConnId<Raw>> = sends(&out).iter().map(|s| s.1).collect();
@@ -60,80 +63,135 @@ fn paced_streams() -> (Sink, TableId, [ConnId<Raw>; 2], i64) {
 }
 
 #[test]
-fn a_flush_holds_back_the_stream_with_more_left_so_both_finish_together() {
+fn a_flush_holds_a_batch_for_the_stream_due_first_though_another_has_room() {
     let (mut s, table, [a, b], _) = paced_streams();
     s.flush(t(200));
     assert!(
-        drain(&mut s, t(200)).is_empty(),
-        "no room yet: nothing moves"
+        sends(&drain(&mut s, t(200))).is_empty(),
+        "no room: nothing moves"
     );
-    // Shares of the 200 queued rows: the level is (100 + 90 + 200) / (200 + 200 rows/s) =
-    // 0.975 s, so 95 rows for the first and 105 for the second.
-    ack(&mut s, t(300), a, 140);
-    let out = drain(&mut s, t(300));
-    assert_eq!(rows_on(&out, a), 95, "room for 100, a share of 95");
-    assert_eq!(s.queued(table).unwrap().rows, 105);
-    ack(&mut s, t(350), b, 140);
-    let out = drain(&mut s, t(350));
-    assert_eq!(rows_on(&out, b), 100, "a window's worth of its 105");
-    assert_eq!(
-        (rows_on(&out, a), s.queued(table).unwrap().rows),
-        (0, 5),
-        "the first stream has room but no share: the last batch waits for the second"
+    // The second stream's ack at 300 ms comes late: its pace falls to 40 rows in 250 ms
+    // (160 rows/s), 80 rows left, due in 0.53 s with one batch more; the first has 100 rows
+    // less the 20 its pace of 200 rows/s made durable in 100 ms, due in 0.425 s.
+    ack(&mut s, t(300), b, 60);
+    assert!(
+        sends(&drain(&mut s, t(300))).is_empty(),
+        "room for 20 on the second, but the batch waits for the first"
     );
-    ack(&mut s, t(400), b, 145);
-    let out = drain(&mut s, t(400));
-    assert_eq!(rows_on(&out, b), 5);
-    assert_eq!(s.queued(table).unwrap().rows, 0);
+    assert_eq!(s.queued(table).unwrap().rows, 200);
+    // The first's ack brings its room.
+    ack(&mut s, t(310), a, 60);
+    let out = drain(&mut s, t(310));
+    assert!(
+        rows_on(&out, a) > 0,
+        "the first takes batches once it has room"
+    );
+    assert!(
+        rows_on(&out, a) + rows_on(&out, b) <= 40,
+        "no more than the two streams' room"
+    );
 }
 
 #[test]
-fn without_a_flush_the_stream_that_frees_room_first_takes_the_queue() {
-    let (mut s, table, [a, _], _) = paced_streams();
-    ack(&mut s, t(300), a, 140);
+fn without_a_flush_the_stream_with_room_takes_the_queue() {
+    let (mut s, table, [_, b], _) = paced_streams();
+    ack(&mut s, t(300), b, 60);
     let out = drain(&mut s, t(300));
-    assert_eq!(rows_on(&out, a), 100, "all its room");
-    assert_eq!(s.queued(table).unwrap().rows, 100);
+    assert_eq!(rows_on(&out, b), 20, "all its room");
+    assert_eq!(s.queued(table).unwrap().rows, 180);
 }
 
 #[test]
 fn a_deal_ends_when_the_stream_it_waits_for_fails_and_the_other_takes_the_rest() {
     let (mut s, table, [a, b], _) = paced_streams();
     s.flush(t(200));
-    ack(&mut s, t(300), a, 140);
-    let out = drain(&mut s, t(300));
-    assert_eq!(rows_on(&out, a), 95);
+    ack(&mut s, t(300), b, 60);
+    assert!(
+        sends(&drain(&mut s, t(300))).is_empty(),
+        "waiting for the first"
+    );
     let error = StreamError::status(Code::Unavailable, "test");
-    apply(&mut s, t(310), Input::Failed { conn: b, error });
+    apply(&mut s, t(310), Input::Failed { conn: a, error });
     let out = drain(&mut s, t(310));
     assert_eq!(
-        rows_on(&out, a),
-        5,
-        "the second stream is rebuilding: the first fills its window"
+        rows_on(&out, b),
+        20,
+        "the first stream is rebuilding: the second fills its window"
     );
-    assert_eq!(s.queued(table).unwrap().rows, 100);
+    assert_eq!(s.queued(table).unwrap().rows, 180);
+}
+
+/// Two streams paced at 300 and 200 rows/s (a token bucket each, filled every 10 ms while it
+/// has rows unacked, acking whole 5-row batches), a source of 200 batches (1,000 rows, 600 more
+/// than the windows and the queue hold) that keeps the queue full, flushing once it has
+/// submitted `flush_after` of them. Returns when each stream's last
+/// ack came, in ms, once every row is acked.
+fn last_acks(flush_after: Option<usize>) -> [u64; 2] {
+    const PACE: [u64; 2] = [300, 200];
+    const BATCHES: usize = 200;
+    let (mut s, table) = sink_with(2, config());
+    let mut conns: [Option<ConnId<Raw>>; 2] = [None; 2];
+    let (mut sent, mut acked, mut budget, mut last) = ([0u64; 2], [0u64; 2], [0u64; 2], [0u64; 2]);
+    let mut submitted = 0;
+    for ms in (0..20_000).step_by(10) {
+        for k in 0..2 {
+            let Some(conn) = conns[k] else { continue };
+            if acked[k] == sent[k] {
+                budget[k] = 0;
+                continue;
+            }
+            budget[k] += PACE[k] / 100;
+            let before = acked[k];
+            while budget[k] >= 5 && acked[k] < sent[k] {
+                acked[k] += 5;
+                budget[k] -= 5;
+            }
+            if acked[k] > before {
+                ack(&mut s, t(ms), conn, acked[k]);
+                last[k] = ms;
+            }
+        }
+        while submitted < BATCHES
+            && s.submit(t(ms), table, vec![0u8; 5], token(submitted as i64))
+                .is_ok()
+        {
+            submitted += 1;
+            if flush_after == Some(submitted) {
+                s.flush(t(ms));
+            }
+        }
+        for (slot, conn, _, _, rows) in sends(&drain(&mut s, t(ms))) {
+            let k = slot.index();
+            conns[k] = Some(conn);
+            sent[k] += rows;
+        }
+        if submitted == BATCHES && sent.iter().sum::<u64>() == 1_000 && acked == sent {
+            return last;
+        }
+    }
+    panic!("not all acked: sent {sent:?}, acked {acked:?}");
 }
 
 #[test]
-fn batches_queued_during_a_deal_join_it() {
-    let (mut s, table, [a, b], mut next) = paced_streams();
-    s.flush(t(200));
-    ack(&mut s, t(300), a, 140);
-    drain(&mut s, t(300));
-    // 95 rows left the queue and 100 more join the deal, each batch to the stream whose last row
-    // is due first: at 300 ms the first stream holds 95 rows (due in 0.475 s), the second 100
-    // less the 30 its pace has made durable since its last ack, plus its share of 105 (0.875
-    // s). So most of them go to the first, which takes 5 at once (its room).
-    let joined = top_up(&mut s, table, 300, &mut next);
-    assert_eq!((rows_on(&joined, a), rows_on(&joined, b)), (5, 0));
-    assert_eq!(s.queued(table).unwrap().rows, 200, "full again");
-    ack(&mut s, t(350), b, 140);
-    assert_eq!(rows_on(&drain(&mut s, t(350)), b), 100);
-    ack(&mut s, t(400), a, 240);
-    let took = rows_on(&drain(&mut s, t(400)), a);
+fn a_flush_makes_streams_of_different_paces_finish_together() {
+    // One batch is 17 ms at 300 rows/s and 25 ms at 200; acks come every 10 ms.
+    let [a, b] = last_acks(Some(200));
     assert!(
-        (75..=90).contains(&took),
-        "the first stream takes its part of what joined: {took} rows"
+        a.abs_diff(b) <= 30,
+        "last acks at {a} and {b} ms: more than a batch and an ack apart"
     );
-    assert_eq!(s.queued(table).unwrap().rows, 100 - took);
+    // The control: first come first served leaves each stream a full window at the end, 0.33 s
+    // of rows on the faster and 0.5 s on the slower.
+    let [a, b] = last_acks(None);
+    assert!(
+        a.abs_diff(b) > 100,
+        "last acks at {a} and {b} ms without a flush"
+    );
+}
+
+#[test]
+fn batches_queued_after_a_flush_are_dealt_too() {
+    // Flushing after the 120th batch of 200, while 80 are still to come.
+    let [a, b] = last_acks(Some(120));
+    assert!(a.abs_diff(b) <= 30, "last acks at {a} and {b} ms");
 }

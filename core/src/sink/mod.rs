@@ -62,9 +62,10 @@ pub(crate) struct TableState<L: Lane, B> {
     queued: InFlight,
     /// Round-robin position among the table's slots.
     cursor: usize,
-    /// While a flush deals the queue ([`SinkCore::flush`]): each of its slots' share, by slot
-    /// within the table; empty otherwise.
-    deal: Vec<deal::Share>,
+    /// While a flush deals the queue ([`SinkCore::flush`]): each of its slots' pace when the
+    /// deal was made, in rows per second (0 for a slot outside the deal), by slot within the
+    /// table; empty otherwise.
+    deal: Vec<u64>,
     last_used: Time,
     /// When its pool was last opened.
     warm_since: Time,
@@ -415,14 +416,12 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     let t = &mut self.tables[route.table.index()];
                     t.queued.add(rows, bytes);
                     t.queue.push_back(queued);
-                    self.join_deal(route.table.index(), rows, now);
                     None
                 }
             },
             None => {
                 t.queued.add(rows, bytes);
                 t.queue.push_back(queued);
-                self.join_deal(route.table.index(), rows, now);
                 None
             }
         };
@@ -524,14 +523,15 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 
     /// Says the caller now waits at `now` for everything admitted so far to be durable (a
-    /// flush). Each order-agnostic table's queued batches are then dealt over its READY
-    /// streams by what each has left and its pace, so that the streams finish together;
-    /// otherwise the last batches go to whichever stream frees room first, and the flush waits
-    /// for the one that took the most (up to an ack's rows more than the others). Batches
-    /// queued during the deal join it. A share is held for its stream only while that stream
-    /// has batches in flight (their acks bring its room); when it has none, or stops being
-    /// READY, or the queue is given out, placement is first come first served again. Optional:
-    /// nothing is lost or late without it.
+    /// flush). Each order-agnostic table's queued batches (and those queued after, until the
+    /// queue is given out) are then dealt over its READY streams: each goes to the stream whose
+    /// last row would be due first with it, by what each has left and its pace, so that the
+    /// streams finish together; otherwise the last batches go to whichever stream frees room
+    /// first, and the flush waits for the one that took the most (up to an ack's rows more than
+    /// the others). A batch waits for that stream's room only while the stream has batches in
+    /// flight (their acks bring it); when it has none, or no stream in the deal is READY, or
+    /// the queue is given out, placement is first come first served again. Optional: nothing
+    /// is lost or late without it.
     pub fn flush(&mut self, now: Time) {
         for table in 0..self.tables.len() {
             self.deal(table, now);

@@ -167,7 +167,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     pub(super) fn pump(&mut self, now: Time) -> bool {
         self.ask_reconciles(now);
         self.warm_tables(now);
-        self.assign_queued();
+        self.assign_queued(now);
         self.place(now);
         self.switch_schemas(now);
         self.advance_drains(now);
@@ -298,15 +298,16 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 
     /// Gives queued batches to the tables' READY slots.
-    fn assign_queued(&mut self) {
+    fn assign_queued(&mut self, now: Time) {
         for index in 0..self.tables.len() {
-            self.assign_queued_of(index);
+            self.assign_queued_of(index, now);
         }
     }
 
-    /// Gives the table's queued batches to its READY slots, round-robin, while they have room;
-    /// marks each slot that took one for placing.
-    pub(super) fn assign_queued_of(&mut self, table: usize) {
+    /// Gives the table's queued batches to its READY slots while they have room, round-robin
+    /// or, during a flush's deal, each to the slot due first ([`super::deal::pick`]); marks
+    /// each slot that took one for placing.
+    pub(super) fn assign_queued_of(&mut self, table: usize, now: Time) {
         let limits = self.config.window;
         if let Some(t) = self.tables.get_mut(table) {
             if t.status != TableStatus::Warm {
@@ -318,8 +319,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 if t.spec.reconciled && !t.schemas.is_ok(front.schema) {
                     break;
                 }
-                let Some(k) = super::deal::pick(t, &self.slots, &limits, front.rows, front.bytes)
-                else {
+                let size = (front.rows, front.bytes);
+                let Some(k) = super::deal::pick(t, &self.slots, &limits, size, now) else {
                     break;
                 };
                 let Some(q) = t.queue.pop_front() else { break };
@@ -328,7 +329,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 self.slots[t.first_slot + k].assign(q);
                 self.sched.mark_slot(t.first_slot + k);
             }
-            // A deal shares out the queue as it was: once it is given out, it is over.
+            // A deal hands out the queue: once it is given out, it is over.
             if t.queue.is_empty() {
                 t.deal.clear();
             }
@@ -349,7 +350,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         if t.status != TableStatus::Warm || !t.queue.is_empty() || !t.deal.is_empty() {
             return Err(queued);
         }
-        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes, |_| true) else {
+        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
             return Err(queued);
         };
         t.cursor = next_cursor(k, usize::from(t.pool.slots));
@@ -464,8 +465,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 }
 
-/// The table's next slot, round-robin from its cursor, that is READY, has room for a batch of
-/// `rows`/`bytes` and is `eligible` (by its index within the table's pool), as that index.
+/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
+/// of `rows`/`bytes`, as its index within the table's pool.
 #[inline]
 pub(super) fn room_in<L: Lane, B: Batch>(
     t: &TableState<L, B>,
@@ -473,7 +474,6 @@ pub(super) fn room_in<L: Lane, B: Batch>(
     limits: &WindowLimits,
     rows: u64,
     bytes: u64,
-    eligible: impl Fn(usize) -> bool,
 ) -> Option<usize> {
     let n = usize::from(t.pool.slots);
     // Round-robin from the cursor without a division per step (it is on every batch's path).
@@ -481,9 +481,19 @@ pub(super) fn room_in<L: Lane, B: Batch>(
     (start..n).chain(0..start).find(|&k| {
         slots
             .get(t.first_slot + k)
-            .is_some_and(|w| w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none())
-            && eligible(k)
+            .is_some_and(|w| has_room(w, limits, rows, bytes))
     })
+}
+
+/// Whether `w` is READY and has room for a batch of `rows`/`bytes`.
+#[inline]
+pub(super) fn has_room<L: Lane, B: Batch>(
+    w: &SlotWindow<L, B>,
+    limits: &WindowLimits,
+    rows: u64,
+    bytes: u64,
+) -> bool {
+    w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none()
 }
 
 /// The round-robin position after slot `k` of `n`: `(k + 1) % n` without the division.

@@ -223,7 +223,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return None;
         }
         while let Some(table) = self.sched.tables.pop() {
-            self.assign_queued_of(table);
+            self.assign_queued_of(table, now);
         }
         let mut first = None;
         while let Some(index) = self.sched.slots.pop() {
