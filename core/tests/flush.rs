@@ -79,17 +79,14 @@ fn a_flush_holds_a_batch_for_the_stream_due_first_though_another_has_room() {
         "room for 20 on the second, but the batch waits for the first"
     );
     assert_eq!(s.queued(table).unwrap().rows, 200);
-    // The first's ack brings its room.
+    // The first's ack brings its room, 20 rows; its pace is now 40 rows in 210 ms (190
+    // rows/s), 80 rows left, and the second has 79. Each batch goes to the stream due first
+    // with it: three to the first (due in 0.45, 0.47 and 0.5 s with them), one to the second
+    // (0.525 s), a fourth to the first (0.526 s), and then the first is due first again, full.
     ack(&mut s, t(310), a, 60);
     let out = drain(&mut s, t(310));
-    assert!(
-        rows_on(&out, a) > 0,
-        "the first takes batches once it has room"
-    );
-    assert!(
-        rows_on(&out, a) + rows_on(&out, b) <= 40,
-        "no more than the two streams' room"
-    );
+    assert_eq!((rows_on(&out, a), rows_on(&out, b)), (20, 5));
+    assert_eq!(s.queued(table).unwrap().rows, 175);
 }
 
 #[test]
@@ -124,8 +121,8 @@ fn a_deal_ends_when_the_stream_it_waits_for_fails_and_the_other_takes_the_rest()
 /// Two streams paced at 300 and 200 rows/s (a token bucket each, filled every 10 ms while it
 /// has rows unacked, acking whole 5-row batches), a source of 200 batches (1,000 rows, 600 more
 /// than the windows and the queue hold) that keeps the queue full, flushing once it has
-/// submitted `flush_after` of them. Returns when each stream's last
-/// ack came, in ms, once every row is acked.
+/// submitted `flush_after` of them. Returns when each stream's last ack came, in ms, once every
+/// row is acked.
 fn last_acks(flush_after: Option<usize>) -> [u64; 2] {
     const PACE: [u64; 2] = [300, 200];
     const BATCHES: usize = 200;
