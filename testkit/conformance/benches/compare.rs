@@ -1,6 +1,7 @@
 //! This sink against the official client (`databricks-zerobus-ingest-sdk` 2.12.0, Arrow Flight,
 //! its defaults) and a bare Arrow Flight `DoPut` client (the floor: encode, send, read acks,
-//! nothing else), each with its default configuration, on the same emulator.
+//! nothing else), without a window and with ours' (`paced`, below), each with its default
+//! configuration, on the same emulator.
 //!
 //! For every cell of streams x rows per batch x time to durability, with the emulator holding
 //! each stream to the quotas page's limits (100,000 rows/s, 100 MB/s), and at 0 ms also without
@@ -41,12 +42,13 @@
 //! To look at one cell or one client (under `perf`, say): `ZEROBUS_BENCH_CELLS` keeps the cells
 //! named as `limits/durability ms/tables x streams/rows`, comma-separated (e.g.
 //! `quotas/0/1x1/1000,none/0/50x1/1000`), and `ZEROBUS_BENCH_CLIENTS` the clients (`ours`,
-//! `official`, `bare`, comma-separated); a client left out shows `-`.
+//! `official`, `bare`, `paced`, comma-separated); a client left out shows `-`.
 //!
 //! The bare client has no window: it encodes and queues a whole run ahead of its acks, so under
-//! limits it encodes back to back while the others encode as acks free room. To compare it
-//! paced as the others are, `ZEROBUS_BENCH_BARE_WINDOW` holds its rows sent and not yet acked
-//! per stream to that many (e.g. 60000, ours' default), waiting for acks before encoding more.
+//! limits it encodes back to back while the others encode as acks free room. The fourth client,
+//! `paced`, is the same bare client held to ours' default rows window per stream (rows sent and
+//! not yet acked; it waits for acks before encoding more): the floor for a client that encodes
+//! as acks free room. `ZEROBUS_BENCH_BARE_WINDOW` gives the bare client a window too.
 //! `ZEROBUS_BENCH_COALESCE` sets ours' `coalesce_bytes` (0: every batch its own message, as
 //! the other clients send them; default the sink's, `COALESCE_BYTES`).
 
@@ -232,16 +234,19 @@ enum Client {
     Ours,
     Official,
     Bare,
+    /// The bare client held to ours' default rows window ([`paced_window`]).
+    Paced,
 }
 
 impl Client {
-    const ALL: [Client; 3] = [Client::Ours, Client::Official, Client::Bare];
+    const ALL: [Client; 4] = [Client::Ours, Client::Official, Client::Bare, Client::Paced];
 
     fn name(self) -> &'static str {
         match self {
             Client::Ours => "ours",
             Client::Official => "official",
             Client::Bare => "bare",
+            Client::Paced => "paced",
         }
     }
 }
@@ -527,6 +532,12 @@ fn bare_window() -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The paced bare client's window: ours' default rows window per stream, so that it encodes
+/// as acks free room, as ours does.
+fn paced_window() -> u64 {
+    WindowLimits::default().max_rows
+}
+
 /// A bare lane's batches: its share, or what the one source hands it.
 enum Feed {
     Share(std::vec::IntoIter<RecordBatch>),
@@ -549,9 +560,9 @@ async fn bare(
     (streams, tables, source): (u16, usize, Source),
     pool: &[RecordBatch],
     n: usize,
+    window: Option<u64>,
 ) -> Run {
     let schema = pool[0].schema();
-    let window = bare_window();
     let mut lanes = Vec::new();
     for (table, _) in names("bare", tables)
         .into_iter()
@@ -678,7 +689,8 @@ fn run(client: Client, client_rt: &Runtime, url: &str, cell: &Cell, pool: &[Reco
                 match client {
                     Client::Ours => ours(url, streams, tables, &pool, n).await,
                     Client::Official => official(url, shape, &pool, n).await,
-                    Client::Bare => bare(url, shape, &pool, n).await,
+                    Client::Bare => bare(url, shape, &pool, n, bare_window()).await,
+                    Client::Paced => bare(url, shape, &pool, n, Some(paced_window())).await,
                 }
             })
             .await
@@ -697,7 +709,7 @@ fn shown(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
 }
 
-/// Each client's median of `of` over its runs, `ours / official / bare`.
+/// Each client's median of `of` over its runs, `ours / official / bare / paced`.
 fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String {
     runs.iter()
         .map(|r| shown(spread(r.iter().map(&of).collect()).map(|s| s.1), digits))
@@ -795,22 +807,23 @@ fn main() {
             .iter()
             .map(|c| keep.iter().any(|k| k == c.name()))
             .collect(),
-        None => vec![true; 3],
+        None => vec![true; Client::ALL.len()],
     };
     assert!(
         clients.contains(&true),
-        "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare)"
+        "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare, paced)"
     );
     println!(
-        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
+        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; paced: the bare client with a window of {} rows; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
         WindowLimits::default(),
         coalesce(),
         bare_window().map_or("none".into(), |w| format!("{w} rows")),
+        paced_window(),
     );
     println!(
-        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | ours/official | ours/bare | CPU ms/MB ours / official / bare | emulator CPU ms/MB serving ours / official / bare | context switches per batch ours / official / bare |"
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | paced rows/s | ours/official | ours/bare | ours/paced | CPU ms/MB ours / official / bare / paced | emulator CPU ms/MB serving ours / official / bare / paced | context switches per batch ours / official / bare / paced |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
         let pool = batches(cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
@@ -827,10 +840,11 @@ fn main() {
             .block_on(Emulator::start(config))
             .expect("emulator");
         let url = emu.url();
-        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); 3];
+        let all = Client::ALL.len();
+        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); all];
         for rep in 0..reps {
-            for k in 0..3 {
-                let index = (rep + k) % 3;
+            for k in 0..all {
+                let index = (rep + k) % all;
                 let client = Client::ALL[index];
                 if !clients[index] {
                     continue;
@@ -857,7 +871,7 @@ fn main() {
         };
         let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -876,8 +890,10 @@ fn main() {
             fmt(rates[0]),
             fmt(rates[1]),
             fmt(rates[2]),
+            fmt(rates[3]),
             shown(ratio(0, 1), 2),
             shown(ratio(0, 2), 2),
+            shown(ratio(0, 3), 2),
             // CPU ms per MB of the client's threads and of the emulator's while serving it,
             // and the client's context switches per batch.
             medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 1),
