@@ -896,8 +896,8 @@ fn main() {
             shown(ratio(0, 3), 2),
             // CPU ms per MB of the client's threads and of the emulator's while serving it,
             // and the client's context switches per batch.
-            medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 1),
-            medians(&runs, |r| r.served.cpu.as_secs_f64() * 1e3 / mb, 1),
+            medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 2),
+            medians(&runs, |r| r.served.cpu.as_secs_f64() * 1e3 / mb, 2),
             medians(&runs, |r| r.used.switches as f64 / batches, 2),
         );
     }
