@@ -110,11 +110,19 @@ struct Cached {
 /// Tokens per table, shared by the connection tasks.
 #[derive(Debug)]
 pub(crate) struct TokenSource {
-    credentials: Credentials,
-    http: reqwest::Client,
+    presented: Presented,
     cache: Mutex<HashMap<String, Cached>>,
     /// Serialises minting, so concurrent connections of a table share one mint.
     minting: tokio::sync::Mutex<()>,
+}
+
+/// What a connection presents, from the [`Credentials`]. Only OAuth has an HTTP client: building
+/// one loads the system's root certificates, which a sink without OAuth has no use for.
+#[derive(Debug)]
+enum Presented {
+    Nothing,
+    Bearer(Secret),
+    OAuth { oauth: OAuth, http: reqwest::Client },
 }
 
 #[derive(Deserialize)]
@@ -145,9 +153,16 @@ pub(crate) fn authorization_details(table: &str) -> Option<String> {
 
 impl TokenSource {
     pub(crate) fn new(credentials: Credentials) -> TokenSource {
+        let presented = match credentials {
+            Credentials::None => Presented::Nothing,
+            Credentials::Bearer(secret) => Presented::Bearer(secret),
+            Credentials::OAuth(oauth) => Presented::OAuth {
+                oauth,
+                http: reqwest::Client::new(),
+            },
+        };
         TokenSource {
-            credentials,
-            http: reqwest::Client::new(),
+            presented,
             cache: Mutex::new(HashMap::new()),
             minting: tokio::sync::Mutex::new(()),
         }
@@ -161,10 +176,10 @@ impl TokenSource {
 
     /// The token to present for `table`, if any.
     pub(crate) async fn token(&self, table: &str) -> Result<Option<Secret>, AuthError> {
-        let oauth = match &self.credentials {
-            Credentials::None => return Ok(None),
-            Credentials::Bearer(s) => return Ok(Some(s.clone())),
-            Credentials::OAuth(o) => o,
+        let (oauth, http) = match &self.presented {
+            Presented::Nothing => return Ok(None),
+            Presented::Bearer(s) => return Ok(Some(s.clone())),
+            Presented::OAuth { oauth, http } => (oauth, http),
         };
         if let Some(fresh) = self.fresh(table) {
             return Ok(Some(fresh));
@@ -174,7 +189,7 @@ impl TokenSource {
             return Ok(Some(fresh));
         }
         let started = Instant::now();
-        match self.mint(oauth, table).await {
+        match Self::mint(http, oauth, table).await {
             Ok((token, ttl)) => {
                 if let Some(ttl) = ttl.filter(|t| !t.is_zero()) {
                     let expires = started + ttl;
@@ -224,7 +239,7 @@ impl TokenSource {
     }
 
     async fn mint(
-        &self,
+        http: &reqwest::Client,
         oauth: &OAuth,
         table: &str,
     ) -> Result<(Secret, Option<Duration>), AuthError> {
@@ -248,8 +263,7 @@ impl TokenSource {
             ("authorization_details", details.as_str()),
             ("grant_type", "client_credentials"),
         ];
-        let response = self
-            .http
+        let response = http
             .post(&url)
             .basic_auth(&oauth.client_id, Some(oauth.client_secret.expose()))
             .form(&form)
@@ -300,6 +314,22 @@ mod tests {
         assert_eq!(format!("{s:?} {s}"), "Secret(***) ***");
         let c = Credentials::Bearer(s);
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn only_oauth_builds_an_http_client() {
+        // Building a `reqwest::Client` reads the system's root certificates.
+        let none = TokenSource::new(Credentials::None);
+        assert!(matches!(none.presented, Presented::Nothing));
+        let bearer = TokenSource::new(Credentials::Bearer(Secret::new("t")));
+        assert!(matches!(bearer.presented, Presented::Bearer(_)));
+        let oauth = TokenSource::new(Credentials::OAuth(OAuth {
+            unity_catalog_url: "https://workspace.example".into(),
+            workspace_id: "1".into(),
+            client_id: "id".into(),
+            client_secret: Secret::new("s"),
+        }));
+        assert!(matches!(oauth.presented, Presented::OAuth { .. }));
     }
 
     #[test]
