@@ -13,8 +13,10 @@
 //!   `/proc/self/task/*/schedstat` and `status`); and the emulator's CPU per MB while serving
 //!   each client (its messages' shape is the client's choice, and on 2 cores the server's
 //!   work competes with the client's);
-//! - every client's streams are open (READY) before its timer starts, and a run ends when every
-//!   row is durable;
+//! - every client's streams are open (READY) and then idle for the emulator's burst (100 ms,
+//!   so that each starts with the same credit against the limits) before its timer starts, and
+//!   a run ends when every row is durable; so under the limits a run of 2 s of the limit's
+//!   rows takes about 1.9 s plus the time to durability;
 //! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
 //!   limits, `ZEROBUS_BENCH_ROWS` (default 20,000,000: 1.3-7 s here; 2,000,000 took 0.13 s
 //!   at 10,000-row batches, too short to tell a window from its ramp); the emulator keeps no
@@ -229,6 +231,15 @@ fn usage() -> (Usage, Usage) {
     (usage_of(CLIENT), usage_of(EMULATOR))
 }
 
+/// Called by every client once its streams are READY, just before its timer starts: the
+/// emulator gives a stream that has sat idle up to `burst` of credit against its limits, and a
+/// client's streams have sat idle for as long as its setup took since they became READY (ours
+/// waits for a warm-up row's ack, the others start at their last READY), so each waits out the
+/// whole burst and every client starts with the same credit.
+async fn settle() {
+    tokio::time::sleep(StreamLimits::quotas().burst).await;
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Client {
     Ours,
@@ -398,6 +409,7 @@ async fn ours(url: String, streams: u16, tables: usize, pool: &[RecordBatch], n:
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let run = run_length();
+    settle().await;
     let (used, served) = usage();
     let started = Instant::now();
     for i in 0..n {
@@ -452,6 +464,7 @@ async fn official(
             lanes.push(stream);
         }
     }
+    settle().await;
     let (used, served) = usage();
     let started = Instant::now();
     let lanes = match source {
@@ -588,6 +601,7 @@ async fn bare(
         assert_eq!(ack_rows(&ready.app_metadata).0, -1, "READY first");
         lanes.push((tx, acks));
     }
+    settle().await;
     let (used, served) = usage();
     let started = Instant::now();
     let mut tasks = Vec::new();
