@@ -77,6 +77,12 @@ impl Body {
         Poll::Ready(None)
     }
 
+    /// Whether there is more to send at once: messages taken, batches held, or batches handed
+    /// over and not yet taken.
+    fn more(&self) -> bool {
+        !self.encoder.is_empty() || !self.group.is_empty() || !self.commands.is_empty()
+    }
+
     /// Gives `batch` (`bytes` of Arrow data) to the encoder as the next message.
     fn push(&mut self, batch: RecordBatch, bytes: u64) -> Result<(), EncodeError> {
         let wire_offset = self.next_wire;
@@ -143,8 +149,9 @@ impl Stream for Body {
         // so while this body keeps answering, nothing reaches the socket: at a burst's start
         // the first bytes waited until all that was handed over was encoded (3-10 ms in the
         // compare bench). A wake from inside a poll puts this task at the back of the queue,
-        // behind the connection's.
-        if std::mem::take(&mut this.yield_next) {
+        // behind the connection's. With nothing more to send the body answers pending anyway,
+        // and a yield would only cost a poll.
+        if std::mem::take(&mut this.yield_next) && this.more() {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
@@ -287,7 +294,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn after_each_message_the_body_yields_once_so_the_connection_can_write_it() {
+    async fn after_a_message_the_body_yields_once_if_more_is_waiting_so_the_connection_writes_it() {
         let (mut body, tx) = body(0);
         assert!(
             body.next().await.unwrap().app_metadata.is_empty(),
@@ -313,6 +320,12 @@ mod tests {
             panic!("the second batch follows the yield");
         };
         assert_eq!(decoded(&second).0, 1);
+        assert!(poll().is_pending(), "nothing more handed over");
+        assert_eq!(
+            wakes.0.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "no yield with nothing more to send: the body waits for the driver"
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
