@@ -285,6 +285,12 @@ mod tests {
     #[derive(Default)]
     struct Wakes(std::sync::atomic::AtomicUsize);
 
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
     impl futures::task::ArcWake for Wakes {
         fn wake_by_ref(arc_self: &Arc<Self>) {
             arc_self
@@ -312,7 +318,7 @@ mod tests {
         assert_eq!(decoded(&first).0, 0);
         assert!(poll().is_pending(), "a yield before the next message");
         assert_eq!(
-            wakes.0.load(std::sync::atomic::Ordering::Relaxed),
+            wakes.count(),
             1,
             "woken at once: the yield waits for nothing"
         );
@@ -321,11 +327,8 @@ mod tests {
         };
         assert_eq!(decoded(&second).0, 1);
         assert!(poll().is_pending(), "nothing more handed over");
-        assert_eq!(
-            wakes.0.load(std::sync::atomic::Ordering::Relaxed),
-            1,
-            "no yield with nothing more to send: the body waits for the driver"
-        );
+        let no_yield = "no yield with nothing more to send: the body waits for the driver";
+        assert_eq!(wakes.count(), 1, "{no_yield}");
     }
 
     #[tokio::test(flavor = "current_thread")]
