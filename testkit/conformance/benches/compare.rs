@@ -13,6 +13,10 @@
 //!   `/proc/self/task/*/schedstat` and `status`); and the emulator's CPU per MB while serving
 //!   each client (its messages' shape is the client's choice, and on 2 cores the server's
 //!   work competes with the client's);
+//! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the two
+//!   runs of a repetition follow each other, so what drifts between repetitions is in both
+//!   (one build's ratio of medians moved from 1.56 to 1.29 between two rounds), and the range
+//!   says how far one run's ratio can be trusted;
 //! - every client's streams are open (READY) and then idle for the emulator's burst (100 ms,
 //!   so that each starts with the same credit against the limits) before its timer starts, and
 //!   a run ends when every row is durable; so under the limits a run of 2 s of the limit's
@@ -723,6 +727,23 @@ fn shown(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+/// Ours' `of` over each other client's, repetition by repetition, as `min-max` for
+/// `official / bare / paced`.
+fn paired(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64) -> String {
+    runs[1..]
+        .iter()
+        .map(|other| {
+            let ratios = runs[0]
+                .iter()
+                .zip(other)
+                .map(|(a, b)| of(a) / of(b))
+                .collect();
+            spread(ratios).map_or_else(|| "-".to_owned(), |(lo, _, hi)| format!("{lo:.2}-{hi:.2}"))
+        })
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 /// Each client's median of `of` over its runs, `ours / official / bare / paced`.
 fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String {
     runs.iter()
@@ -828,16 +849,16 @@ fn main() {
         "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare, paced)"
     );
     println!(
-        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; paced: the bare client with a window of {} rows; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians",
+        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; paced: the bare client with a window of {} rows; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians; ours' CPU per MB over the others' per repetition, min-max",
         WindowLimits::default(),
         coalesce(),
         bare_window().map_or("none".into(), |w| format!("{w} rows")),
         paced_window(),
     );
     println!(
-        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | paced rows/s | ours/official | ours/bare | ours/paced | CPU ms/MB ours / official / bare / paced | emulator CPU ms/MB serving ours / official / bare / paced | context switches per batch ours / official / bare / paced |"
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | paced rows/s | ours/official | ours/bare | ours/paced | CPU ms/MB ours / official / bare / paced | emulator CPU ms/MB serving ours / official / bare / paced | context switches per batch ours / official / bare / paced | ours' CPU per MB over official / bare / paced, per repetition |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
         let pool = batches(cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
@@ -885,7 +906,7 @@ fn main() {
         };
         let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -913,6 +934,7 @@ fn main() {
             medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 2),
             medians(&runs, |r| r.served.cpu.as_secs_f64() * 1e3 / mb, 2),
             medians(&runs, |r| r.used.switches as f64 / batches, 2),
+            paired(&runs, |r| r.used.cpu.as_secs_f64()),
         );
     }
 }
