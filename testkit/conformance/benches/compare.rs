@@ -13,10 +13,10 @@
 //!   `/proc/self/task/*/schedstat` and `status`); and the emulator's CPU per MB while serving
 //!   each client (its messages' shape is the client's choice, and on 2 cores the server's
 //!   work competes with the client's);
-//! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the two
-//!   runs of a repetition follow each other, so what drifts between repetitions is in both
-//!   (one build's ratio of medians moved from 1.56 to 1.29 between two rounds), and the range
-//!   says how far one run's ratio can be trusted;
+//! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the runs of
+//!   one repetition are one rotation of the clients, seconds apart, so what drifts between
+//!   repetitions is mostly in both (one build's ratio of medians moved from 1.56 to 1.29
+//!   between two rounds), and the range says how far one run's ratio can be trusted;
 //! - every client's streams are open (READY) and then idle for the emulator's burst (100 ms,
 //!   so that each starts with the same credit against the limits) before its timer starts, and
 //!   a run ends when every row is durable; so under the limits a run of 2 s of the limit's
