@@ -13,6 +13,10 @@
 //!   `/proc/self/task/*/schedstat` and `status`); and the emulator's CPU per MB while serving
 //!   each client (its messages' shape is the client's choice, and on 2 cores the server's
 //!   work competes with the client's);
+//! - the kernel's share of the client's threads' time (system over user plus system ticks of
+//!   `stat`, summed over the client's runs; `-` under 100 ticks, as in a run on one stream
+//!   under the limits): what of a CPU figure is syscalls and wake-ups rather than the client's
+//!   own code, whose instructions `scripts/client-instructions` counts;
 //! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the runs of
 //!   one repetition are one rotation of the clients, seconds apart, so what drifts between
 //!   repetitions is mostly in both (one build's ratio of medians moved from 1.56 to 1.29
@@ -172,8 +176,9 @@ fn log_line(row: u64, len: usize) -> String {
 }
 
 /// What the threads whose names start with `prefix` have used so far: CPU time (the
-/// scheduler's nanoseconds, `/proc/self/task/*/schedstat`, not the 10 ms ticks of `stat`) and
-/// context switches, voluntary and not (`status`).
+/// scheduler's nanoseconds, `/proc/self/task/*/schedstat`, not the 10 ms ticks of `stat`),
+/// context switches, voluntary and not (`status`), and the ticks of `stat` split into user and
+/// system time (only their ratio is used: the kernel's share of the threads' time).
 fn usage_of(prefix: &str) -> Usage {
     let mut usage = Usage::default();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
@@ -192,6 +197,16 @@ fn usage_of(prefix: &str) -> Usage {
             .and_then(|f| f.parse::<u64>().ok())
             .unwrap_or(0);
         usage.cpu += Duration::from_nanos(ns);
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // After the command's closing parenthesis: state (field 3), ..., utime (14), stime (15).
+        let mut ticks = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .skip(11)
+            .map(|f| f.parse::<u64>().unwrap_or(0));
+        usage.user_ticks += ticks.next().unwrap_or(0);
+        usage.system_ticks += ticks.next().unwrap_or(0);
         let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
         usage.switches += status
             .lines()
@@ -207,6 +222,10 @@ fn usage_of(prefix: &str) -> Usage {
 struct Usage {
     cpu: Duration,
     switches: u64,
+    /// Clock ticks of user time (`stat`'s utime).
+    user_ticks: u64,
+    /// Clock ticks of system time (`stat`'s stime).
+    system_ticks: u64,
 }
 
 impl std::ops::Sub for Usage {
@@ -215,6 +234,8 @@ impl std::ops::Sub for Usage {
         Usage {
             cpu: self.cpu.saturating_sub(before.cpu),
             switches: self.switches.saturating_sub(before.switches),
+            user_ticks: self.user_ticks.saturating_sub(before.user_ticks),
+            system_ticks: self.system_ticks.saturating_sub(before.system_ticks),
         }
     }
 }
@@ -752,6 +773,27 @@ fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String
         .join(" / ")
 }
 
+/// The fewest ticks (10 ms each at the usual 100 Hz) a system-time share is shown for: below
+/// it one tick more or less moves the share by over 1%.
+const FEWEST_TICKS: u64 = 100;
+
+/// Each client's system time as a share of its ticks over all its runs, in percent, or `-`
+/// when they add up to fewer than [`FEWEST_TICKS`] (a run under the limits on one stream
+/// uses a few ticks: its share would be noise), `ours / official / bare / paced`.
+fn system_shares(runs: &[Vec<Run>]) -> String {
+    runs.iter()
+        .map(|r| {
+            let system: u64 = r.iter().map(|r| r.used.system_ticks).sum();
+            let all = system + r.iter().map(|r| r.used.user_ticks).sum::<u64>();
+            if all < FEWEST_TICKS {
+                return "-".to_owned();
+            }
+            format!("{:.0}", system as f64 * 100.0 / all as f64)
+        })
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 fn main() {
     let quick = std::env::var("ZEROBUS_BENCH_QUICK").is_ok();
     let reps: usize = env("ZEROBUS_BENCH_REPS", 3);
@@ -849,16 +891,16 @@ fn main() {
         "ZEROBUS_BENCH_CLIENTS names no client (ours, official, bare, paced)"
     );
     println!(
-        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; paced: the bare client with a window of {} rows; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's) and context switches per batch (client threads), medians; ours' CPU per MB over the others' per repetition, min-max",
+        "each client at its defaults; ours: window {:?}, small batches grouped up to {} B; bare: window {}; paced: the bare client with a window of {} rows; {reps} repetitions, order rotated; rows/s min / median / max; CPU ms per MB of Arrow data (client threads, then the emulator's), context switches per batch (client threads), medians; the system time's share of the client threads' ticks over all runs; ours' CPU per MB over the others' per repetition, min-max",
         WindowLimits::default(),
         coalesce(),
         bare_window().map_or("none".into(), |w| format!("{w} rows")),
         paced_window(),
     );
     println!(
-        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | paced rows/s | ours/official | ours/bare | ours/paced | CPU ms/MB ours / official / bare / paced | emulator CPU ms/MB serving ours / official / bare / paced | context switches per batch ours / official / bare / paced | ours' CPU per MB over official / bare / paced, per repetition |"
+        "| limits | durability | tables x streams | rows/batch | ours rows/s | official rows/s | bare rows/s | paced rows/s | ours/official | ours/bare | ours/paced | CPU ms/MB ours / official / bare / paced | emulator CPU ms/MB serving ours / official / bare / paced | context switches per batch ours / official / bare / paced | system time % ours / official / bare / paced | ours' CPU per MB over official / bare / paced, per repetition |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
         let pool = batches(cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
@@ -906,7 +948,7 @@ fn main() {
         };
         let ratio = |a: usize, b: usize| Some(rates[a]?.1 / rates[b]?.1);
         println!(
-            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {} x {}{} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if cell.limits { "quotas" } else { "none" },
             cell.latency_ms,
             cell.tables,
@@ -930,10 +972,11 @@ fn main() {
             shown(ratio(0, 2), 2),
             shown(ratio(0, 3), 2),
             // CPU ms per MB of the client's threads and of the emulator's while serving it,
-            // and the client's context switches per batch.
+            // the client's context switches per batch, and the kernel's share of its time.
             medians(&runs, |r| r.used.cpu.as_secs_f64() * 1e3 / mb, 2),
             medians(&runs, |r| r.served.cpu.as_secs_f64() * 1e3 / mb, 2),
             medians(&runs, |r| r.used.switches as f64 / batches, 2),
+            system_shares(&runs),
             paired(&runs, |r| r.used.cpu.as_secs_f64()),
         );
     }
