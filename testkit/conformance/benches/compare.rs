@@ -14,8 +14,8 @@
 //!   each client (its messages' shape is the client's choice, and on 2 cores the server's
 //!   work competes with the client's);
 //! - the kernel's share of the client's threads' time (system over user plus system ticks of
-//!   `stat`, summed over the client's runs; `-` under 100 ticks, as in a run on one stream
-//!   under the limits): what of a CPU figure is syscalls and wake-ups rather than the client's
+//!   `stat`, summed over the client's runs; `-` under 100 ticks, as in five 2 s runs under the
+//!   limits on one to four streams): what of a CPU figure is syscalls and wake-ups rather than the client's
 //!   own code, whose instructions `scripts/client-instructions` counts;
 //! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the runs of
 //!   one repetition are one rotation of the clients, seconds apart, so what drifts between
@@ -778,8 +778,8 @@ fn medians(runs: &[Vec<Run>], of: impl Fn(&Run) -> f64, digits: usize) -> String
 const FEWEST_TICKS: u64 = 100;
 
 /// Each client's system time as a share of its ticks over all its runs, in percent, or `-`
-/// when they add up to fewer than [`FEWEST_TICKS`] (a run under the limits on one stream
-/// uses a few ticks: its share would be noise), `ours / official / bare / paced`.
+/// when they add up to fewer than [`FEWEST_TICKS`] (five 2 s runs under the limits on one to
+/// four streams did: their share would be noise), `ours / official / bare / paced`.
 fn system_shares(runs: &[Vec<Run>]) -> String {
     runs.iter()
         .map(|r| {
