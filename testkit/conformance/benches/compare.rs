@@ -15,8 +15,8 @@
 //!   work competes with the client's);
 //! - the kernel's share of the client's threads' time (system over user plus system ticks of
 //!   `stat`, summed over the client's runs; `-` under 100 ticks, as in five 2 s runs under the
-//!   limits on one to four streams): what of a CPU figure is syscalls and wake-ups rather than the client's
-//!   own code, whose instructions `scripts/client-instructions` counts;
+//!   limits on one to four streams): what of a CPU figure is syscalls and wake-ups rather
+//!   than the client's own code, whose instructions `scripts/client-instructions` counts;
 //! - ours' CPU per MB over each other client's, repetition by repetition, min-max: the runs of
 //!   one repetition are one rotation of the clients, seconds apart, so what drifts between
 //!   repetitions is mostly in both (one build's ratio of medians moved from 1.56 to 1.29
@@ -785,10 +785,8 @@ fn system_shares(runs: &[Vec<Run>]) -> String {
         .map(|r| {
             let system: u64 = r.iter().map(|r| r.used.system_ticks).sum();
             let all = system + r.iter().map(|r| r.used.user_ticks).sum::<u64>();
-            if all < FEWEST_TICKS {
-                return "-".to_owned();
-            }
-            format!("{:.0}", system as f64 * 100.0 / all as f64)
+            let share = (all >= FEWEST_TICKS).then(|| system as f64 * 100.0 / all as f64);
+            shown(share, 0)
         })
         .collect::<Vec<_>>()
         .join(" / ")
