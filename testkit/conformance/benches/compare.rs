@@ -28,7 +28,7 @@
 //! - each run sends `ZEROBUS_BENCH_SECONDS` (default 2) of the limit's worth of rows, or, without
 //!   limits, `ZEROBUS_BENCH_ROWS` (default 20,000,000: 1.3-7 s here; 2,000,000 took 0.13 s
 //!   at 10,000-row batches, too short to tell a window from its ramp); the emulator keeps no
-//!   batches.
+//!   batches. Each cell's rows a run are said on stderr (`cell NAME: N rows a run`).
 //! - then many tables: `ZEROBUS_BENCH_TABLES` (default 50) tables of one stream each, 1,000-row
 //!   batches in turn, through one sink here and one client stream object per table there. Ours
 //!   is always fed by one task (a sink has one handle). The others are fed first as at their
@@ -900,6 +900,12 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
+        // Said on stderr, apart from the table: `scripts/client-instructions` divides by it.
+        eprintln!(
+            "cell {}: {} rows a run",
+            cell.name(),
+            count(cell) as u64 * cell.rows.unsigned_abs()
+        );
         let pool = batches(cell.rows, cell.payload);
         let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
             / pool.len() as f64
