@@ -900,16 +900,13 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for cell in &cells {
-        // Said on stderr, apart from the table: `scripts/client-instructions` divides by it.
-        eprintln!(
-            "cell {}: {} rows a run",
-            cell.name(),
-            count(cell) as u64 * cell.rows.unsigned_abs()
-        );
         let pool = batches(cell.rows, cell.payload);
-        let mb = count(cell) as f64 * pool.iter().map(Batch::bytes).sum::<u64>() as f64
-            / pool.len() as f64
-            / 1e6;
+        let batches = count(cell) as f64;
+        let rows_total = batches * cell.rows as f64;
+        // Said on stderr, apart from the table: `scripts/client-instructions` divides by it.
+        eprintln!("cell {}: {rows_total:.0} rows a run", cell.name());
+        let mb =
+            batches * pool.iter().map(Batch::bytes).sum::<u64>() as f64 / pool.len() as f64 / 1e6;
         let dir = tempfile::tempdir().expect("dir");
         let mut config = EmulatorConfig::new(dir.path())
             .ack_latency(Duration::from_millis(cell.latency_ms))
@@ -934,8 +931,6 @@ fn main() {
             }
         }
         emulator_rt.block_on(emu.shutdown());
-        let batches = count(cell) as f64;
-        let rows_total = batches * cell.rows as f64;
         let rates: Vec<_> = runs
             .iter()
             .map(|r| {
