@@ -1,6 +1,8 @@
 //! Either backend, chosen at run time (a configuration file names it): an enum, not a trait
-//! object, so the sink stays generic over one concrete [`TableCatalog`].
+//! object, so the sink stays generic over one concrete [`TableCatalog`]. The local variant
+//! exists with the `local` feature.
 
+#[cfg(feature = "local")]
 use crate::local::LocalDelta;
 use crate::unity::UnityCatalog;
 use crate::{
@@ -14,7 +16,8 @@ use crate::{
 pub enum AnyCatalog {
     /// Unity Catalog (Databricks, or the open-source server).
     Unity(Box<UnityCatalog>),
-    /// Local Delta tables under a root folder (`zerobus-local`).
+    /// Local Delta tables under a root folder (`zerobus-local`; feature `local`).
+    #[cfg(feature = "local")]
     Local(LocalDelta),
 }
 
@@ -25,6 +28,7 @@ impl AnyCatalog {
     pub fn primary_raw_shape(&self) -> PrimaryRawShape {
         match self {
             AnyCatalog::Unity(_) => PrimaryRawShape::IcebergCompatV2,
+            #[cfg(feature = "local")]
             AnyCatalog::Local(_) => PrimaryRawShape::DeltaReadable,
         }
     }
@@ -34,6 +38,7 @@ impl AnyCatalog {
     pub fn backend(&self) -> &'static str {
         match self {
             AnyCatalog::Unity(_) => "unity",
+            #[cfg(feature = "local")]
             AnyCatalog::Local(_) => "local",
         }
     }
@@ -43,6 +48,7 @@ impl TableCatalog for AnyCatalog {
     async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
         match self {
             AnyCatalog::Unity(c) => c.describe(table).await,
+            #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.describe(table).await,
         }
     }
@@ -54,6 +60,7 @@ impl TableCatalog for AnyCatalog {
     ) -> Result<ReconcileOutcome, CatalogError> {
         match self {
             AnyCatalog::Unity(c) => c.reconcile(desired, policy).await,
+            #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.reconcile(desired, policy).await,
         }
     }
@@ -61,6 +68,7 @@ impl TableCatalog for AnyCatalog {
     async fn register_sink(&self, table: &TableRef, sink: &SinkId) -> Result<(), CatalogError> {
         match self {
             AnyCatalog::Unity(c) => c.register_sink(table, sink).await,
+            #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.register_sink(table, sink).await,
         }
     }
@@ -72,6 +80,7 @@ impl TableCatalog for AnyCatalog {
     ) -> Result<VendedCredentials, CatalogError> {
         match self {
             AnyCatalog::Unity(c) => c.vend_credentials(table, access).await,
+            #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.vend_credentials(table, access).await,
         }
     }

@@ -55,17 +55,19 @@ pub mod plan;
 pub mod primary_raw;
 pub mod recovery;
 mod refusal;
+mod shape;
 mod table_ref;
 pub mod types;
+mod unmet;
 
-#[cfg(all(feature = "local", feature = "unity"))]
+#[cfg(feature = "unity")]
 mod any;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "unity")]
 pub mod unity;
 
-#[cfg(all(feature = "local", feature = "unity"))]
+#[cfg(feature = "unity")]
 pub use any::AnyCatalog;
 pub use catalog::{
     Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,

@@ -17,7 +17,7 @@ pub use crate::refusal::{Refusal, RefusalReason};
 
 use crate::desired::{DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, Role};
 use crate::live::LiveTable;
-use crate::primary_raw::PrimaryRawShape;
+use crate::shape::PrimaryRawShape;
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, Widening};
 

@@ -37,7 +37,7 @@ pub enum RefusalReason {
     /// The table cannot hold the primary-raw role: these preconditions are unmet.
     PrimaryRawPreconditions {
         /// Each unmet precondition.
-        unmet: Vec<crate::primary_raw::Unmet>,
+        unmet: Vec<crate::unmet::Unmet>,
     },
     /// A widening Delta allows but Iceberg readers of the table cannot follow (the table has
     /// Iceberg reads on: only int to long, float to double and a decimal's precision may grow).
@@ -92,7 +92,7 @@ impl fmt::Display for Refusal {
                 write!(
                     f,
                     "the table cannot hold the primary-raw role: {}",
-                    crate::primary_raw::joined(unmet)
+                    crate::unmet::joined(unmet)
                 )
             }
             RefusalReason::IcebergCannotFollow { live, wanted } => write!(
