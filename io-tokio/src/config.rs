@@ -8,9 +8,9 @@ use arrow_schema::SchemaRef;
 use zerobus_sink::{PoolSizing, RetryPolicy, SinkConfig, TableSpec, WindowLimits};
 use zerobus_sink_catalog::{Contract, PrimaryRawProof, PrimaryRawShape, Role};
 
-use crate::auth::Credentials;
 use crate::boundary::{BadRows, Conversions};
-use crate::proxy::ProxyConfig;
+use crate::conn::auth::Credentials;
+use crate::conn::proxy::ProxyConfig;
 use crate::wire::Compression;
 
 /// The default [`ZerobusConfig::max_row_bytes`]: the service's 10 MiB message limit less the

@@ -38,7 +38,7 @@ pub enum StartError {
     Ipc(#[from] arrow_schema::ArrowError),
     /// The proxy setting cannot be used (named without its credentials).
     #[error(transparent)]
-    Proxy(#[from] crate::proxy::ProxyError),
+    Proxy(#[from] crate::conn::proxy::ProxyError),
 }
 
 /// A batch that was not admitted, handed back whole with its token: nothing was sent.

@@ -46,10 +46,36 @@
 //! println!("{}", sink.close(Duration::from_secs(30)).await);
 //! # Ok(()) }
 //! ```
+//!
+//! ## Features
+//!
+//! The defaults build the Databricks write path only: the Arrow Flight transport, OAuth, the
+//! driver, the write boundary, the `metrics` facade, and provisioning through Unity Catalog.
+//! The rest is opt-in:
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `unity` | yes | tables provisioned and evolved through Unity Catalog ([`Provisioning`] over `zerobus_sink_catalog::unity::UnityCatalog`) |
+//! | `local` | no | local Delta tables on disk as the catalog backend, for the `zerobus-local` emulator |
+//! | `config` | no | a sink described by one TOML file: `settings::SinkFile`, `ZerobusSink::from_file` |
+//! | `ops` | no | the operator endpoint: `ops::serve` answers `/metrics` (Prometheus text) and `/health` |
+//!
+//! ```toml
+//! # to write to Databricks
+//! zerobus-sink-tokio = "0.1"
+//! # to run against zerobus-local
+//! zerobus-sink-tokio = { version = "0.1", features = ["local"] }
+//! # to serve /metrics
+//! zerobus-sink-tokio = { version = "0.1", features = ["ops"] }
+//! ```
+//!
+//! The operator binary, `zerobus-sinkctl`, is its own package (`io-tokio/cli`).
 
-/// The README's examples (the core's run loop and the adapter's use), compiled as doctests so
-/// that they cannot drift from the API.
-#[cfg(doctest)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// The README's examples (the adapter's use), compiled as doctests so that they cannot drift
+/// from the API.
+#[cfg(all(doctest, feature = "config", feature = "ops"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
@@ -85,33 +111,40 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod lanes {}
 
-mod auth;
+// The layers, from bytes up; none imports a layer above it.
+// 1. The Arrow Flight encoding of batches and acks.
+mod wire;
+// 2. One DoPut stream on its own HTTP/2 connection, with its credentials, proxy and TLS.
+mod conn;
+// 3. The one task that owns the core and performs its effects.
+mod driver;
+// 4. The public handle.
+mod sink;
+
+// Beside the layers, importing none of them: the write boundary, provisioning through a
+// catalog, telemetry (metrics and logs).
 pub mod boundary;
-mod command;
+mod provision;
+pub mod telemetry;
+
+// The vocabulary every layer shares.
 mod config;
 mod confirmer;
-mod conn;
-mod driver;
-mod encode;
 mod error;
 pub mod health;
 mod observer;
-#[cfg(feature = "ops")]
-pub mod ops;
-mod outage;
-mod provision;
-mod proxy;
 mod receipt;
 mod report;
 mod schema;
-#[cfg(feature = "config")]
-pub mod settings;
-mod sink;
-pub mod telemetry;
-mod tls;
-mod wire;
 
-pub use auth::{AuthError, Credentials, OAuth, Secret};
+// Above the handle, each behind its feature: the operator endpoint and the TOML file.
+#[cfg(feature = "ops")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ops")))]
+pub mod ops;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod settings;
+
 pub use boundary::plan::EMIT_TS;
 pub use boundary::{BadRows, ColumnRefusal, Conversions, FaultKind, IsolatedRows, RowFault};
 pub use config::{
@@ -119,10 +152,11 @@ pub use config::{
     ZerobusConfig,
 };
 pub use confirmer::Confirmer;
+pub use conn::auth::{AuthError, Credentials, OAuth, Secret};
+pub use conn::proxy::{ProxyConfig, ProxyError};
 pub use error::{DeliveryError, FlushError, SendError, StartError};
 pub use observer::Observer;
 pub use provision::{NoCatalog, Provisioning};
-pub use proxy::{ProxyConfig, ProxyError};
 pub use receipt::{Delivered, Receipt};
 pub use report::{Report, TableReport};
 pub use sink::{BatchSink, CommitInfo, OffsetSpan, Positions, Sink, TableWriter, ZerobusSink};

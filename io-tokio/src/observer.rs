@@ -4,7 +4,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::command::Control;
+use crate::driver::command::Control;
 use crate::health::SinkHealth;
 use crate::report::Report;
 

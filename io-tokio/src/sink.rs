@@ -11,13 +11,13 @@ use tokio::sync::{mpsc, oneshot};
 use zerobus_sink::{Lane, RejectReason, Route, SchemaId, SinkCore, TableId, Token};
 use zerobus_sink_catalog::{TableCatalog, TableRef};
 
-use crate::auth::TokenSource;
 use crate::boundary::check::{self, Judged};
 use crate::boundary::{self, BadRows};
-use crate::command::{Ask, Checked, Control, Flags, Handoff, Known};
 use crate::config::{TableDef, ZerobusConfig};
 use crate::confirmer::Confirmer;
+use crate::conn::auth::TokenSource;
 use crate::conn::{self, TableWire};
+use crate::driver::command::{Ask, Checked, Control, Flags, Handoff, Known};
 use crate::driver::{Definition, Driver, Parts};
 use crate::error::{FlushError, SendError, StartError};
 use crate::health::SinkHealth;
@@ -254,7 +254,7 @@ impl<L: Lane> ZerobusSink<L> {
             tracing::info!(proxy = %p.addr, endpoint = %config.endpoint, "streams tunnel through a proxy");
         }
         let native_roots = if config.native_roots && config.endpoint.starts_with("https://") {
-            crate::tls::native_roots()
+            crate::conn::tls::native_roots()
         } else {
             Vec::new()
         };

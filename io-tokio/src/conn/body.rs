@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use zerobus_sink::Batch;
 
 use super::Command;
-use crate::encode::{EncodeError, Encoder};
+use crate::wire::encode::{EncodeError, Encoder};
 
 /// The request body. An encoding that fails ends it and is reported on `failure`.
 pub(crate) struct Body {

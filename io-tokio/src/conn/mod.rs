@@ -6,7 +6,10 @@
 //! (READY first, acks, rotations), what to send, when to give up and when to close are the
 //! core's decisions.
 
+pub(crate) mod auth;
 mod body;
+pub(crate) mod proxy;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +24,10 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::Instrument;
 use zerobus_sink::{Code, ConnId, ErrorInfo, Input, Lane, StreamError};
 
-use crate::auth::TokenSource;
-use crate::encode::Encoder;
-use crate::proxy::Proxy;
+use crate::conn::auth::TokenSource;
+use crate::conn::proxy::Proxy;
 use crate::wire;
+use crate::wire::encode::Encoder;
 use body::Body;
 
 /// What a connection needs to know, shared by every connection of a table.
@@ -192,7 +195,7 @@ async fn channel(shared: &Shared) -> Result<Channel, StreamError> {
             let proxy = proxy.clone();
             let tunnel = tower::service_fn(move |uri: http::Uri| {
                 let proxy = proxy.clone();
-                async move { crate::proxy::tunnel(&proxy, &target(&uri)).await }
+                async move { crate::conn::proxy::tunnel(&proxy, &target(&uri)).await }
             });
             endpoint.connect_with_connector(tunnel).await
         }

@@ -18,10 +18,10 @@ use super::{Blocked, Driver, Pending, Planned, Tagged};
 use crate::boundary::apply::{Origin, RowIds};
 use crate::boundary::check::{self, Judged};
 use crate::boundary::{self, ColumnRefusal, IsolatedRows, Plan};
-use crate::command::{Ask, Handoff};
 use crate::config::role_of;
 use crate::confirmer::Confirmer;
 use crate::conn::TableWire;
+use crate::driver::command::{Ask, Handoff};
 use crate::error::{DeliveryError, SendError};
 use crate::provision::{self, Answer};
 
@@ -155,7 +155,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     }
 
     /// A batch refused for its rows, counted (the handle's refusals arrive as
-    /// [`Control::BadRows`](crate::command::Control)).
+    /// [`Control::BadRows`](crate::driver::command::Control)).
     pub(super) fn refused_rows(&mut self, table: TableId, error: &SendError<L>) {
         if let SendError::BadRows { faults, .. } = error {
             let rows = boundary::rows_named(faults) as u64;

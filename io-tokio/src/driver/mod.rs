@@ -23,22 +23,23 @@ use zerobus_sink::{
 use zerobus_sink_catalog::{Contract, PrimaryRawShape, TableCatalog, TableRef};
 
 mod admission;
+pub(crate) mod command;
 mod role;
 
 use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
 use crate::boundary::{BadRows, ColumnRefusal, Conversions, Plan};
 
-use crate::command::{Ask, Control, Flags, Handoff, Learned, ReceiptTx};
 use crate::config::ResubmitPolicy;
 use crate::confirmer::Confirmer;
 use crate::conn::{self, TableWire};
+use crate::driver::command::{Ask, Control, Flags, Handoff, Learned, ReceiptTx};
 use crate::error::{DeliveryError, FlushError};
 use crate::health::{SinkHealth, StreamHealth, TableHealth};
-use crate::outage::Outages;
 use crate::provision::{Answer, Provisioning};
 use crate::receipt::Delivered;
 use crate::report::Report;
 use crate::telemetry::Telemetry;
+use crate::telemetry::outage::Outages;
 
 /// A table's name: its shared description's, or its id where it has none.
 enum Label {

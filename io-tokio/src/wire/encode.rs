@@ -6,7 +6,7 @@
 //! has. A large batch that finds every worker busy waits for one rather than being encoded
 //! where the body is polled: encoded there, it held up the messages already encoded behind it
 //! and the body's taking of the next batches, and one stream of 1 MB batches ran at 0.86 of
-//! one core's rate (docs/performance-log.md, "One stream of wide rows").
+//! one core's rate (docs/performance.md, "Tried and not kept").
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -7,15 +7,16 @@
 //! is built per batch); install the recorder before starting the sink, as the `metrics` crate
 //! asks. Names and meanings: `docs/runbook.md`.
 
+pub(crate) mod outage;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use zerobus_sink::{
-    Confirmed, FailureReason, Input, Lane, Metrics, SinkCore, SlotId, StreamError, TableId,
+    Batch, Confirmed, FailureReason, Input, Lane, Metrics, SinkCore, SlotId, StreamError, TableId,
 };
 
-use crate::driver::Tagged;
 use crate::health::Phase;
 
 /// Burst sizes: batches confirmed by one ack (the plan's `zerobus_ack_coalesce_ratio`).
@@ -86,10 +87,10 @@ pub(crate) struct StreamState {
 
 impl StreamState {
     /// The stream's handles, registered with the recorder under its labels.
-    fn register<L: Lane>(
+    fn register<L: Lane, B: Batch>(
         lane: &'static str,
         tables: &[TableState],
-        core: &SinkCore<L, Tagged>,
+        core: &SinkCore<L, B>,
         slot: SlotId,
     ) -> StreamState {
         let owner = core.slot_table(slot);
@@ -197,7 +198,11 @@ impl Telemetry {
     }
 
     /// The stream's state (its handles registered on first sight).
-    fn stream<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, slot: SlotId) -> &mut StreamState {
+    fn stream<L: Lane, B: Batch>(
+        &mut self,
+        core: &SinkCore<L, B>,
+        slot: SlotId,
+    ) -> &mut StreamState {
         let (lane, tables) = (self.lane, &self.tables);
         // Registered once: nothing is built or allocated here for a stream already seen.
         self.streams
@@ -212,7 +217,7 @@ impl Telemetry {
 
     /// The core's counters moved while handling something about `slot`: they are that
     /// stream's. Called after every input and every output that names a connection.
-    pub(crate) fn settle<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, slot: SlotId) {
+    pub(crate) fn settle<L: Lane, B: Batch>(&mut self, core: &SinkCore<L, B>, slot: SlotId) {
         let now = Counts::of(core.metrics());
         if now != self.last {
             let was = std::mem::replace(&mut self.last, now);
@@ -239,7 +244,7 @@ impl Telemetry {
     }
 
     /// The stream's pending and window gauges, from the core.
-    fn window<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, slot: SlotId) {
+    fn window<L: Lane, B: Batch>(&mut self, core: &SinkCore<L, B>, slot: SlotId) {
         let pending = core.slot_watermarks(slot).map_or(0, |w| w.pending());
         let fill = window_fill(core, slot);
         let open = core.open_streams();
@@ -257,16 +262,18 @@ impl Telemetry {
             Input::Result { result, .. } if result.ack_up_to_offset == -1 => {
                 Some((Phase::Live, None))
             }
-            Input::Failed { error, .. } => Some((Phase::Down, Some(crate::outage::cause(error)))),
+            Input::Failed { error, .. } => {
+                Some((Phase::Down, Some(crate::telemetry::outage::cause(error))))
+            }
             Input::Closed { .. } => Some((Phase::Down, None)),
             _ => None,
         }
     }
 
     /// The core took an input about `slot` that changed its phase.
-    pub(crate) fn applied<L: Lane>(
+    pub(crate) fn applied<L: Lane, B: Batch>(
         &mut self,
-        core: &SinkCore<L, Tagged>,
+        core: &SinkCore<L, B>,
         slot: SlotId,
         (phase, error): (Phase, Option<String>),
     ) {
@@ -278,7 +285,7 @@ impl Telemetry {
     }
 
     /// The core asked for a connection for `slot`.
-    pub(crate) fn opened<L: Lane>(&mut self, core: &SinkCore<L, Tagged>, slot: SlotId) {
+    pub(crate) fn opened<L: Lane, B: Batch>(&mut self, core: &SinkCore<L, B>, slot: SlotId) {
         let s = self.stream(core, slot);
         s.opened += 1;
         if s.opened > 1 {
@@ -289,9 +296,9 @@ impl Telemetry {
     }
 
     /// The core closed a connection of `slot` (gracefully: it drains first).
-    pub(crate) fn closed<L: Lane>(
+    pub(crate) fn closed<L: Lane, B: Batch>(
         &mut self,
-        core: &SinkCore<L, Tagged>,
+        core: &SinkCore<L, B>,
         slot: SlotId,
         graceful: bool,
     ) {
@@ -305,9 +312,9 @@ impl Telemetry {
     }
 
     /// An ack confirmed a burst (`bytes`: what the window counted for its batches).
-    pub(crate) fn confirmed<L: Lane>(
+    pub(crate) fn confirmed<L: Lane, B: Batch>(
         &mut self,
-        core: &SinkCore<L, Tagged>,
+        core: &SinkCore<L, B>,
         burst: &Confirmed<L>,
         bytes: u64,
     ) {
@@ -386,7 +393,7 @@ impl Telemetry {
 }
 
 /// How full the slot's ack window is: the fullest of batches, rows and bytes (0 to 1).
-pub(crate) fn window_fill<L: Lane>(core: &SinkCore<L, Tagged>, slot: SlotId) -> f64 {
+pub(crate) fn window_fill<L: Lane, B: Batch>(core: &SinkCore<L, B>, slot: SlotId) -> f64 {
     let limits = core.config().window;
     core.in_flight(slot).map_or(0.0, |f| {
         let b = f.batches as f64 / f64::from(limits.max_batches.max(1));

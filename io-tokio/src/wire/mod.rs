@@ -2,6 +2,8 @@
 //! and parsing `PutResult` metadata into typed responses. Parsing never panics: malformed
 //! metadata is a [`MetadataError`].
 
+pub(crate) mod encode;
+
 use arrow_array::RecordBatch;
 use arrow_flight::{FlightData, PutResult, SchemaAsIpc};
 use arrow_ipc::CompressionType;
