@@ -13,7 +13,7 @@
 //! ```
 //!
 //! With `--ops ADDR` it serves the operator endpoint there while it runs: `/metrics`
-//! (Prometheus text) and `/health` (the health tree as JSON; `zerobus-sink status
+//! (Prometheus text) and `/health` (the health tree as JSON; `zerobus-sinkctl status
 //! http://ADDR` prints it).
 //!
 //! It exits non-zero unless every source offset was committed, the rows in the table are
@@ -252,7 +252,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let (Some(addr), Some(prometheus)) = (args.ops, prometheus) {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         println!(
-            "operator endpoint on http://{addr}: /metrics, /health (zerobus-sink status http://{addr})"
+            "operator endpoint on http://{addr}: /metrics, /health (zerobus-sinkctl status http://{addr})"
         );
         tokio::spawn(zerobus_sink_tokio::ops::serve(
             listener,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow_schema::{Field, Schema, SchemaRef};
 use zerobus_sink::{ConfigError, PoolSizing, SinkConfig, TableSpec};
+#[cfg(feature = "local")]
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_catalog::unity::{Auth, Secret as UnitySecret, UnityCatalog, UnityConfig};
 use zerobus_sink_catalog::{AnyCatalog, DeltaType, Policy, PrimaryRawShape, TableRef};
@@ -14,10 +15,10 @@ use super::file::{
     BadRowsName, CatalogSection, ColumnSection, CompressionName, CredentialsSection, File,
     RoleName, SinkSection, TableSection,
 };
-use crate::auth::{Credentials, OAuth, Secret};
 use crate::boundary::{BadRows, Conversions};
 use crate::config::{ResubmitPolicy, TableDef, ZerobusConfig};
-use crate::proxy::ProxyConfig;
+use crate::conn::auth::{Credentials, OAuth, Secret};
+use crate::conn::proxy::ProxyConfig;
 use crate::wire::Compression;
 
 /// Syntax and shape: a serde error with its key path (and line), never the value's text.
@@ -284,7 +285,15 @@ pub(super) fn catalog(
         return Ok(None);
     };
     Ok(Some(match section {
+        #[cfg(feature = "local")]
         CatalogSection::Local { root, .. } => AnyCatalog::Local(LocalDelta::new(root)),
+        #[cfg(not(feature = "local"))]
+        CatalogSection::Local { .. } => {
+            return Err(ConfigFileError::invalid(
+                "catalog.backend",
+                "the local backend is built with zerobus-sink-tokio's `local` feature, which is off",
+            ));
+        }
         CatalogSection::Unity {
             workspace_url,
             warehouse_id,

@@ -1,5 +1,5 @@
 //! What the catalog would do for each table of a file, planned and not executed (the
-//! operator's `zerobus-sink check`): the same presentation of types and the same pure plan the
+//! operator's `zerobus-sinkctl check`): the same presentation of types and the same pure plan the
 //! sink uses when a table's first batch arrives.
 
 use arrow_schema::SchemaRef;

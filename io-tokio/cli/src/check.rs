@@ -1,4 +1,4 @@
-//! `zerobus-sink check`: the file parsed and checked, what it derives, and what the catalog
+//! `zerobus-sinkctl check`: the file parsed and checked, what it derives, and what the catalog
 //! would do (planned, not executed).
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! `zerobus-sink ingest`: files into one table, with a progress bar of durable rows.
+//! `zerobus-sinkctl ingest`: files into one table, with a progress bar of durable rows.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

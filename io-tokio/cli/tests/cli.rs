@@ -1,7 +1,9 @@
-//! The `zerobus-sink` binary, run as a process: `check` (derived values, the catalog's plan,
+//! The `zerobus-sinkctl` binary, run as a process: `check` (derived values, the catalog's plan,
 //! refusals naming the key), `ingest` of an Arrow IPC file and a Parquet file into zerobus-local
 //! (rows read back from the Delta table), `status` against a running sink's endpoint.
 
+// The adapter's test rig (the emulator, a recorder, the orders schema), shared with its tests.
+#[path = "../../tests/common.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +27,7 @@ async fn run(args: Vec<String>) -> Output {
 /// The same, with `SSL_CERT_FILE` (the platform store's override) set or cleared.
 async fn run_with(args: Vec<String>, cert_file: Option<PathBuf>) -> Output {
     tokio::task::spawn_blocking(move || {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_zerobus-sink"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zerobus-sinkctl"));
         command
             .args(&args)
             .env_remove("ZEROBUS_SINK_OPS_URL")

@@ -1,4 +1,4 @@
-//! `zerobus-sink status`: a running sink's health tree, from its operator endpoint.
+//! `zerobus-sinkctl status`: a running sink's health tree, from its operator endpoint.
 
 use std::process::ExitCode;
 

@@ -1,9 +1,9 @@
-//! `zerobus-sink`: the operator's command line.
+//! `zerobus-sinkctl`: the operator's command line.
 //!
 //! ```text
-//! zerobus-sink check sink.toml [--offline] [--schema TABLE=FILE]...
-//! zerobus-sink ingest sink.toml --table main.bronze.orders orders-*.parquet events.arrow
-//! zerobus-sink status [http://127.0.0.1:9464]
+//! zerobus-sinkctl check sink.toml [--offline] [--schema TABLE=FILE]...
+//! zerobus-sinkctl ingest sink.toml --table main.bronze.orders orders-*.parquet events.arrow
+//! zerobus-sinkctl status [http://127.0.0.1:9464]
 //! ```
 //!
 //! Exit codes: 0 done (healthy), 1 refused or failed (unhealthy), 2 usage, unreadable input or
@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
 /// sink's health.
 #[derive(Debug, Parser)]
 #[command(
-    name = "zerobus-sink",
+    name = "zerobus-sinkctl",
     version,
     about = "Operate zerobus-sink: check a configuration file, load files into a table, read a \
              running sink's health"
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("zerobus-sink: cannot start a runtime: {e}");
+            eprintln!("zerobus-sinkctl: cannot start a runtime: {e}");
             return ExitCode::from(2);
         }
     };
