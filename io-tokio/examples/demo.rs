@@ -235,10 +235,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // The metrics' recorder goes in before the sink starts (their handles are registered then).
+    #[cfg(feature = "ops")]
     let prometheus = match args.ops {
         Some(_) => Some(zerobus_sink_tokio::ops::install_prometheus()?),
         None => None,
     };
+    #[cfg(not(feature = "ops"))]
+    if args.ops.is_some() {
+        return Err("--ops serves the operator endpoint, built with the `ops` feature: \
+                    cargo run --release -p zerobus-sink-tokio --features ops --example demo -- --ops ADDR"
+            .into());
+    }
     let source = Source::default();
     let provisioning = Provisioning::new(LocalDelta::new(&root), "demo");
     let mut sink = ZerobusSink::<Raw>::start_provisioned(
@@ -249,6 +256,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         provisioning,
     )?;
     let id = sink.table(TABLE).expect("registered");
+    #[cfg(feature = "ops")]
     if let (Some(addr), Some(prometheus)) = (args.ops, prometheus) {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         println!(

@@ -75,7 +75,7 @@
 
 /// The README's examples (the adapter's use), compiled as doctests so that they cannot drift
 /// from the API.
-#[cfg(all(doctest, feature = "config", feature = "ops"))]
+#[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
