@@ -436,8 +436,8 @@ impl Connection {
             // Under stream limits an ack covers about a tenth of a second's worth of rows and
             // bytes, so acks come steadily instead of in one burst per long hold: messages join
             // the group while it is below that, so the last one may take it over (a client whose
-            // messages are larger gets larger acks; docs/performance-log.md, "Why grouping made
-            // that tail larger").
+            // messages are larger gets larger acks; docs/performance.md, "Against the official
+            // client").
             let (mut group_rows, mut group_bytes) = (group[0].rows, frame_bytes(&group[0].data));
             while group.len() < max_group
                 && limits.is_none_or(|l| {
