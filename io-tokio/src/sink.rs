@@ -324,7 +324,7 @@ impl<L: Lane> ZerobusSink<L> {
     }
 
     /// A cloneable view of the sink's report and health, for an operator endpoint or a
-    /// progress display running beside the pipeline ([`crate::ops`]).
+    /// progress display running beside the pipeline (`ops::serve`, feature `ops`).
     #[must_use]
     pub fn observer(&self) -> Observer {
         Observer::new(self.control.clone())
