@@ -61,6 +61,9 @@ pub struct Report {
     pub watermarks: Watermarks,
     /// The core's counters: coalesce ratio, pending depth, connections, rotations, failures.
     pub metrics: Metrics,
+    /// Times the driver woke, for an event or a timer. It follows the events and the backoff
+    /// schedule; far more wake-ups than events would be a busy loop.
+    pub wakeups: u64,
 }
 
 impl Report {

@@ -190,6 +190,10 @@ pub(crate) struct Driver<L: Lane, C, P> {
     attempts: HashMap<u64, (u32, u64)>,
     /// Handed-back batches to submit again, by due time (and a sequence number).
     again: BTreeMap<(Instant, u64), Again<L>>,
+    /// The first of `again` was refused for want of room: it waits for the next event (an
+    /// ack, a stream opened, a core timer), not for its due time, which has passed (waking
+    /// for that would spin a core for as long as the window stays full).
+    again_waits_for_room: bool,
     next_id: u64,
     blocked: Option<Blocked<L>>,
     flushes: Vec<oneshot::Sender<Result<(), FlushError>>>,
@@ -246,6 +250,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             sent: HashMap::new(),
             attempts: HashMap::new(),
             again: BTreeMap::new(),
+            again_waits_for_room: false,
             next_id: 0,
             blocked: None,
             flushes: Vec::new(),
@@ -296,6 +301,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     /// Runs until the sink is closed (by `close`, or because the handle was dropped).
     pub(crate) async fn run(mut self) {
         loop {
+            self.report.wakeups += 1;
             let now = self.now();
             self.retry_blocked(now);
             self.take_handoffs(now);
@@ -310,7 +316,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             }
             let accepting = self.blocked.is_none() && !self.submits_ended;
             let wake = wake.map(|t| self.instant(t));
-            let again = self.again.keys().next().map(|(at, _)| *at);
+            let again = match self.again_waits_for_room {
+                true => None,
+                false => self.again.keys().next().map(|(at, _)| *at),
+            };
             let close_by = self.close_asked.as_ref().map(|(by, _)| self.instant(*by));
             let at = [wake, again, self.recheck.next, close_by]
                 .into_iter()
@@ -474,6 +483,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     /// take them.
     fn resubmit_due(&mut self, now: Time) {
         let due = Instant::now();
+        self.again_waits_for_room = false;
         while let Some(entry) = self.again.first_entry() {
             if entry.key().0 > due || self.closing.is_some() {
                 break;
@@ -483,7 +493,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             match self.core.submit(now, route, again.batch, again.token) {
                 Ok(_) => self.report.resubmitted(route.table()),
                 Err(rejected) if matches!(rejected.reason, RejectReason::Full { .. }) => {
-                    // Not now: keep its place at the front and try again after confirmations.
+                    // Not now: keep its place at the front and try again after the next
+                    // event (a confirmation frees room; so may a stream that opens).
+                    self.again_waits_for_room = true;
                     self.again.insert(
                         key,
                         Again {
