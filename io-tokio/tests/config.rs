@@ -297,12 +297,47 @@ fn every_refusal_names_its_key_and_reason() {
             "sink.proxy",
             "only http://",
         ),
+        // The absurd: out of every range the service or the sink can use.
+        (
+            "max_message_bytes = 1\n",
+            "sink.max_message_bytes",
+            "1 is out of range: from 65536 to 10485760",
+        ),
+        ("max_row_bytes = 0\n", "sink.max_row_bytes", "out of range"),
+        (
+            "max_message_bytes = 131072\ncoalesce_bytes = 262144\n",
+            "sink.coalesce_bytes",
+            "of at most sink.max_message_bytes",
+        ),
+        (
+            "[timeouts]\nack = \"1000y\"\n",
+            "timeouts.ack",
+            "out of range: from 0ns to one day",
+        ),
+        (
+            "[shutdown]\ndrain = \"2days\"\n",
+            "shutdown.drain",
+            "out of range",
+        ),
+        // A rule across two keys is reported under both (not under a third the file never set).
+        (
+            "[retry]\ninitial_backoff = \"30s\"\nmax_backoff = \"5s\"\n",
+            "retry.initial_backoff, retry.max_backoff",
+            "the first backoff (30s) is longer than the longest (5s)",
+        ),
     ];
     for (extra, key, reason) in cases {
         let (k, r) = refused(extra);
         assert_eq!(&k, key, "{extra:?}: {r}");
         assert!(r.contains(reason), "{extra:?}: {k}: {r}");
     }
+    // A file that lists no table starts no sink and is checked for none.
+    let none = with("").unwrap();
+    let e = none.effective().unwrap_err();
+    assert!(
+        matches!(&e, ConfigFileError::Invalid { key, reason } if key == "table" && reason.contains("no [[table]]")),
+        "{e}"
+    );
     // The endpoint: missing, and without a scheme.
     let missing = SinkFile::parse("[sink]\nlane = \"raw\"\n").unwrap_err();
     assert!(

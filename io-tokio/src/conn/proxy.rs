@@ -56,12 +56,14 @@ impl fmt::Debug for ProxyConfig {
     }
 }
 
-/// A proxy URL with any user information replaced by `***`.
+/// A proxy URL with any user information replaced by `***` (with or without a scheme); a long
+/// value that is no URL at all (no `.`, `/` or `:`) as `…`: it may be a secret in the wrong
+/// field.
 fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
+    let start = url.find("://").map_or(0, |scheme| scheme + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}***{}", &url[..start], &url[at..]),
+        _ if start == 0 && url.len() >= 16 && !url.contains(['.', '/', ':']) => "…".to_owned(),
         _ => url.to_owned(),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_schema::{Field, Schema, SchemaRef};
 use zerobus_sink::{ConfigError, PoolSizing, SinkConfig, TableSpec};
@@ -50,9 +51,10 @@ fn located(key: &str, e: &toml::de::Error, text: &str) -> ConfigFileError {
     let line = e
         .span()
         .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+    let message = message.to_owned();
     let reason = match line {
         Some(line) => format!("{message} (line {line})"),
-        None => message.to_owned(),
+        None => message,
     };
     ConfigFileError::invalid(key, reason)
 }
@@ -75,12 +77,34 @@ pub(super) fn check(file: &File) -> Result<(), ConfigFileError> {
         ));
     }
     proxy_of(&file.sink)?;
+    let credentials = match &file.credentials {
+        CredentialsSection::Oauth { workspace_url, .. } => Some(workspace_url),
+        _ => None,
+    };
+    let catalog = match &file.catalog {
+        Some(CatalogSection::Unity { workspace_url, .. }) => Some(workspace_url),
+        _ => None,
+    };
+    for (key, url) in [
+        ("credentials.workspace_url", credentials),
+        ("catalog.workspace_url", catalog),
+    ] {
+        if let Some(url) = url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            return Err(ConfigFileError::invalid(
+                key,
+                "needs a scheme: https://… (the workspace's URL)",
+            ));
+        }
+    }
     if file.sink.handoffs == Some(0) {
         return Err(ConfigFileError::invalid(
             "sink.handoffs",
             "must be at least 1",
         ));
     }
+    bounds(file)?;
     core(file).validate().map_err(|e| core_error(&e))?;
     let mut names = HashSet::new();
     for (i, t) in file.tables.iter().enumerate() {
@@ -120,6 +144,102 @@ pub(super) fn check(file: &File) -> Result<(), ConfigFileError> {
         ));
     }
     Ok(())
+}
+
+/// A file that starts a sink (or is checked for one) lists at least one table.
+pub(super) fn some_table(file: &File) -> Result<(), ConfigFileError> {
+    match file.tables.is_empty() {
+        true => Err(ConfigFileError::invalid(
+            "table",
+            "the file lists no [[table]]: a sink writes to at least one",
+        )),
+        false => Ok(()),
+    }
+}
+
+/// A day: no timeout, backoff or drain of the sink is meant to be longer.
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Sizes and durations outside what the service or the sink can use: each refused under the
+/// key the file wrote, with the range; cross-field rules under every key involved.
+fn bounds(file: &File) -> Result<(), ConfigFileError> {
+    let s = &file.sink;
+    size(
+        "sink.max_message_bytes",
+        s.max_message_bytes,
+        64 * 1024,
+        10 * 1024 * 1024,
+        "a message holds a batch's schema and rows; the service takes at most 10 MiB",
+    )?;
+    size(
+        "sink.max_row_bytes",
+        s.max_row_bytes,
+        1,
+        10 * 1024 * 1024 - 64 * 1024,
+        "the service's largest record is 10 MiB - 64 KiB",
+    )?;
+    size(
+        "sink.coalesce_bytes",
+        s.coalesce_bytes,
+        0,
+        s.max_message_bytes
+            .unwrap_or(SinkConfig::default().max_message_bytes),
+        "small batches go together into one message, of at most sink.max_message_bytes",
+    )?;
+    let (r, t) = (&file.retry, &file.timeouts);
+    for (key, value, min) in [
+        (
+            "sink.primary_raw_recheck",
+            s.primary_raw_recheck,
+            Duration::from_secs(1),
+        ),
+        ("retry.initial_backoff", r.initial_backoff, Duration::ZERO),
+        ("retry.max_backoff", r.max_backoff, Duration::ZERO),
+        ("retry.drain_budget", r.drain_budget, Duration::ZERO),
+        ("resubmit.backoff", file.resubmit.backoff, Duration::ZERO),
+        ("timeouts.ack", t.ack, Duration::ZERO),
+        ("timeouts.open", t.open, Duration::ZERO),
+        ("timeouts.reconcile", t.reconcile, Duration::ZERO),
+        ("timeouts.min_residency", t.min_residency, Duration::ZERO),
+        ("shutdown.drain", file.shutdown.drain, Duration::ZERO),
+    ] {
+        if let Some(v) = value
+            && (v < min || v > DAY)
+        {
+            return Err(ConfigFileError::invalid(
+                key,
+                format!("{v:?} is out of range: from {min:?} to one day"),
+            ));
+        }
+    }
+    let d = SinkConfig::default().retry;
+    let (initial, max) = (
+        r.initial_backoff.unwrap_or(d.initial_backoff),
+        r.max_backoff.unwrap_or(d.max_backoff),
+    );
+    if initial > max {
+        return Err(ConfigFileError::invalid(
+            "retry.initial_backoff, retry.max_backoff",
+            format!("the first backoff ({initial:?}) is longer than the longest ({max:?})"),
+        ));
+    }
+    Ok(())
+}
+
+fn size(
+    key: &str,
+    value: Option<u64>,
+    min: u64,
+    max: u64,
+    why: &str,
+) -> Result<(), ConfigFileError> {
+    match value {
+        Some(v) if v < min || v > max => Err(ConfigFileError::invalid(
+            key,
+            format!("{v} is out of range: from {min} to {max} ({why})"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The `[sink]` proxy keys as a [`ProxyConfig`], the URL checked (shown without credentials).
@@ -201,10 +321,28 @@ fn secret(
 ) -> Result<String, ConfigFileError> {
     env(variable)
         .filter(|v| !v.is_empty())
-        .ok_or_else(|| ConfigFileError::Env {
-            key: key.to_owned(),
-            variable: variable.to_owned(),
+        .ok_or_else(|| match looks_like_a_variable(variable) {
+            true => ConfigFileError::Env {
+                key: key.to_owned(),
+                variable: variable.to_owned(),
+            },
+            false => ConfigFileError::EnvName {
+                key: key.to_owned(),
+            },
         })
+}
+
+/// Whether a name is safe to repeat in a message: `UPPER_SNAKE_CASE`, as environment variables
+/// are named, and short. A token or a client secret (mixed case, or longer) is not.
+fn looks_like_a_variable(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        // Digit-heavy upper-case strings are keys, not names (`DATABRICKS_TOKEN_2` is fine).
+        && name.bytes().filter(u8::is_ascii_digit).count() * 4 <= name.len()
 }
 
 pub(super) fn config(
@@ -269,7 +407,7 @@ pub(super) fn config(
         let pem = std::fs::read(path).map_err(|e| {
             ConfigFileError::invalid(
                 "sink.tls_ca_file",
-                format!("cannot read {}: {e}", path.display()),
+                format!("cannot read `{}`: {e}", path.display()),
             )
         })?;
         c.tls_ca_pem = Some(pem);

@@ -185,6 +185,7 @@ impl SinkFile {
 
     /// The values the sink derives from the file: pools, windows, the cap, the drain.
     pub fn effective(&self) -> Result<Effective, ConfigFileError> {
+        build::some_table(&self.file)?;
         let config = build::core(&self.file);
         let mut core = SinkCore::<zerobus_sink::Raw, arrow_array::RecordBatch>::new(config)
             .map_err(|e| build::core_error(&e))?;
@@ -249,6 +250,7 @@ impl<L: Lane> ZerobusSink<L> {
         confirmer: C,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<ZerobusSink<L>, ConfigFileError> {
+        build::some_table(&file.file)?;
         if file.lane() != L::NAME {
             return Err(ConfigFileError::Lane {
                 file: file.lane(),
