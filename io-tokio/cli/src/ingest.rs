@@ -73,8 +73,9 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
     };
     // Open every file first: an unreadable one stops the load before anything is sent.
     let mut inputs = Vec::new();
+    let declared = file.table_schema(table);
     for path in files {
-        match input::open(path, batch_rows) {
+        match input::open(path, batch_rows, declared.clone()) {
             Ok(i) => inputs.push((path, i)),
             Err(e) => {
                 eprintln!("{e}");

@@ -6,6 +6,8 @@
 //! zerobus-sinkctl status [http://127.0.0.1:9464]
 //! ```
 //!
+//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`).
+//!
 //! Exit codes: 0 done (healthy), 1 refused or failed (unhealthy), 2 usage, unreadable input or
 //! an endpoint that does not answer.
 
@@ -76,6 +78,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The sink's logs on stderr, filtered by RUST_LOG (default: warnings, so an outage shows
+    // once per stream with its cause).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -26,8 +26,21 @@ async fn run(args: Vec<String>) -> Output {
 
 /// The same, with `SSL_CERT_FILE` (the platform store's override) set or cleared.
 async fn run_with(args: Vec<String>, cert_file: Option<PathBuf>) -> Output {
+    run_logged(args, cert_file, None).await
+}
+
+/// The same, with `RUST_LOG` set (or cleared).
+async fn run_logged(
+    args: Vec<String>,
+    cert_file: Option<PathBuf>,
+    log: Option<&'static str>,
+) -> Output {
     tokio::task::spawn_blocking(move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_zerobus-sinkctl"));
+        match log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
         command
             .args(&args)
             .env_remove("ZEROBUS_SINK_OPS_URL")
@@ -145,6 +158,32 @@ async fn check_prints_what_the_file_derives_and_what_the_catalog_would_do() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("window.max_rows"), "{stderr}");
+    // A file naming an environment variable that is not set: --offline checks the file alone
+    // and passes; online it is refused, and never called ok first.
+    let unset = dir.path().join("unset.toml");
+    std::fs::write(
+        &unset,
+        "[sink]\nendpoint = \"http://x\"\n[credentials]\nkind = \"bearer\"\n\
+         token_env = \"ZEROBUS_SINKCTL_TEST_UNSET\"\n[[table]]\nname = \"main.a.b\"\n",
+    )
+    .unwrap();
+    let out = run(vec![
+        "check".into(),
+        unset.display().to_string(),
+        "--offline".into(),
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("file ok (offline"), "{stdout}");
+    let out = run(vec!["check".into(), unset.display().to_string()]).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains(" ok"),
+        "called ok, then refused:\n{stdout}"
+    );
+    assert!(stderr.contains("credentials.token_env"), "{stderr}");
     // Usage errors: exit 2.
     let out = run(vec!["check".into()]).await;
     assert_eq!(out.status.code(), Some(2));
@@ -202,6 +241,69 @@ async fn ingest_loads_ipc_and_parquet_files_into_the_table() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr.contains("main.bronze.nope") && stderr.contains(TABLE),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_reads_csv_and_json_lines_with_the_declared_columns_and_refuses_other_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| c).await;
+    let config = write_config(dir.path(), &emu.url(), &root, true);
+    let csv = dir.path().join("a.csv");
+    let mut rows = String::from("order_id,customer,amount\n");
+    for i in 0..150 {
+        rows.push_str(&format!("{i},c{i},{i}.5\n"));
+    }
+    std::fs::write(&csv, rows).unwrap();
+    let json = dir.path().join("b.jsonl");
+    let mut rows = String::new();
+    for i in 150..270 {
+        rows.push_str(&format!(
+            "{{\"order_id\":{i},\"customer\":\"c{i}\",\"amount\":{i}.25}}\n"
+        ));
+    }
+    std::fs::write(&json, rows).unwrap();
+    let ingest = |files: Vec<&Path>| {
+        let mut args = vec![
+            "ingest".to_owned(),
+            config.display().to_string(),
+            "--table".into(),
+            TABLE.into(),
+        ];
+        args.extend(files.iter().map(|f| f.display().to_string()));
+        run_logged(args, None, Some("zerobus_sink_tokio=info"))
+    };
+    let out = ingest(vec![&csv, &json]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // RUST_LOG is honoured: the sink's INFO line for the table it created.
+    assert!(stderr.contains("table reconciled"), "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{TABLE}: 270 rows durable, 0 not durable, 0 refused"
+        )),
+        "{stdout}"
+    );
+    emu.until_materialized(TABLE).await;
+    let (batches, _) = LocalDelta::new(&root)
+        .read_table(&TableRef::parse(TABLE).unwrap())
+        .await
+        .unwrap();
+    let ids = common::ids(&batches);
+    assert_eq!(ids.len(), 270);
+    assert!(ids.values().all(|n| *n == 1), "each row once");
+
+    // Neither Parquet, Arrow, CSV nor JSON: refused before anything is sent, the formats named.
+    let other = dir.path().join("c.txt");
+    std::fs::write(&other, "order_id customer amount\n1 a 2.0\n").unwrap();
+    let out = ingest(vec![&other]).await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("c.txt")
+            && stderr.contains("CSV")
+            && stderr.contains("newline-delimited JSON"),
         "{stderr}"
     );
 }
