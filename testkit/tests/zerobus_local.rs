@@ -109,3 +109,34 @@ fn it_starts_where_the_environment_says() {
     assert_ne!(port, 0, "an ephemeral port was bound: {first}");
     assert!(second.contains(&tables.display().to_string()), "{second}");
 }
+
+/// SIGTERM (what a container runtime sends to stop it) stops it as Ctrl-C does: gracefully,
+/// exit 0, with the summary of what it served printed after it materialized its log.
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_it_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = zerobus_local()
+        .args(["--addr", "127.0.0.1:0"])
+        .args(["--wal-dir", &dir.path().join("wal").display().to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("zerobus-local listening on"), "{first}");
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM ended it with {status}; it said:\n{rest}"
+    );
+    assert!(rest.contains("calls"), "no summary after SIGTERM:\n{rest}");
+}

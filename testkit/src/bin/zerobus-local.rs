@@ -153,9 +153,7 @@ async fn main() -> ExitCode {
         },
         None => None,
     };
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
-    }
+    stopped().await;
     if let Some(server) = server {
         server.abort();
         let _ = server.await;
@@ -166,4 +164,28 @@ async fn main() -> ExitCode {
         Err(emulator) => println!("{:#?}", emulator.stats()),
     }
     ExitCode::SUCCESS
+}
+
+/// Ctrl-C, or SIGTERM (what a container runtime sends): either stops the emulator gracefully,
+/// materializing what its log holds.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => if let Err(e) = r {
+                        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
+                    },
+                    _ = term.recv() => eprintln!("zerobus-local: SIGTERM: stopping"),
+                }
+                return;
+            }
+            Err(e) => eprintln!("zerobus-local: cannot listen for SIGTERM: {e}"),
+        }
+    }
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
+    }
 }
