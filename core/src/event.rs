@@ -5,8 +5,9 @@ use std::time::Duration;
 use std::vec;
 
 use crate::batch::Batch;
+use crate::conn::ConnId;
 use crate::error::{FailureReason, ProtocolError, StreamError};
-use crate::ids::{ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
+use crate::ids::{LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::time::Time;
 

@@ -138,6 +138,7 @@ mod backoff;
 mod batch;
 mod classify;
 mod config;
+mod conn;
 mod coverage;
 mod error;
 mod event;
@@ -152,25 +153,26 @@ mod tracker;
 mod window;
 
 pub use batch::Batch;
-pub use classify::{ErrorClass, SchemaCause};
+pub use classify::ErrorClass;
 pub use config::{RetryPolicy, SinkConfig, StreamService, WindowLimits};
+pub use conn::ConnId;
 pub use coverage::Coverage;
 pub use error::{
     Bound, Code, ConfigError, ErrorInfo, FailureReason, ProtocolError, RejectReason, Rejected,
-    StreamError,
+    SchemaCause, StreamError,
 };
 pub use event::{
     Confirmed, ConfirmedIter, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta,
     Transmit,
 };
-pub use ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
+pub use ids::{ConnGen, LogicalOffset, Route, SchemaId, SlotId, TableId, WireOffset};
 pub use lane::{
     Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, SourceSpan, Token,
 };
 pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};
 pub use sizing::{PoolSizing, SizedPool};
-pub use table::{Route, TableSpec};
+pub use table::TableSpec;
 pub use time::Time;
 pub use tracker::{SourceTracker, TrackerError};
 pub use window::InFlight;

@@ -21,11 +21,11 @@ use crate::batch::Batch;
 use crate::config::SinkConfig;
 use crate::error::{ConfigError, RejectReason, Rejected, StreamError};
 use crate::event::{Handled, Input, Output};
-use crate::ids::{SlotId, TableId};
+use crate::ids::{Route, SlotId, TableId};
 use crate::lane::{Lane, Token};
 use crate::metrics::{Metrics, Watermarks};
 use crate::sizing::SizedPool;
-use crate::table::{Route, TableSpec};
+use crate::table::TableSpec;
 use crate::time::Time;
 use crate::window::{InFlight, Phase, Queued, SlotWindow, Timeouts};
 
@@ -150,7 +150,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     pub fn new(config: SinkConfig) -> Result<SinkCore<L, B>, ConfigError> {
         config.validate()?;
         Ok(SinkCore {
-            id: crate::ids::next_sink(),
+            id: crate::conn::next_sink(),
             jitter: Jitter::new(config.retry.jitter_seed),
             timeouts: Timeouts::new(config.open_timeout, config.ack_timeout),
             config,

@@ -10,9 +10,8 @@ use crate::lane::Lane;
 use crate::time::Time;
 use crate::window::{Drain, Phase};
 
-use super::{SinkCore, TableState, TableStatus};
-use crate::config::WindowLimits;
-use crate::window::{Queued, SlotWindow};
+use super::{SinkCore, TableStatus};
+use crate::window::Queued;
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Acts on every deadline at or before `now`. Spurious calls do nothing.
@@ -350,7 +349,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         if t.status != TableStatus::Warm || !t.queue.is_empty() || !t.deal.is_empty() {
             return Err(queued);
         }
-        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
+        let Some(k) = super::deal::room_in(t, &self.slots, &limits, queued.rows, queued.bytes)
+        else {
             return Err(queued);
         };
         t.cursor = next_cursor(k, usize::from(t.pool.slots));
@@ -463,37 +463,6 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             .filter_map(|t| t.schemas.ask_again_at(self.config.reconcile_timeout));
         slots.chain(close).chain(turn).chain(reconcile).min()
     }
-}
-
-/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
-/// of `rows`/`bytes`, as its index within the table's pool.
-#[inline]
-pub(super) fn room_in<L: Lane, B: Batch>(
-    t: &TableState<L, B>,
-    slots: &[SlotWindow<L, B>],
-    limits: &WindowLimits,
-    rows: u64,
-    bytes: u64,
-) -> Option<usize> {
-    let n = usize::from(t.pool.slots);
-    // Round-robin from the cursor without a division per step (it is on every batch's path).
-    let start = t.cursor.min(n);
-    (start..n).chain(0..start).find(|&k| {
-        slots
-            .get(t.first_slot + k)
-            .is_some_and(|w| has_room(w, limits, rows, bytes))
-    })
-}
-
-/// Whether `w` is READY and has room for a batch of `rows`/`bytes`.
-#[inline]
-pub(super) fn has_room<L: Lane, B: Batch>(
-    w: &SlotWindow<L, B>,
-    limits: &WindowLimits,
-    rows: u64,
-    bytes: u64,
-) -> bool {
-    w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none()
 }
 
 /// The round-robin position after slot `k` of `n`: `(k + 1) % n` without the division.
