@@ -334,6 +334,30 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             .count()
     }
 
+    /// Streams one table holds against the cap: open, opening, backing off, or half-closed
+    /// and not yet ended (0 for a cold table, and for a table the sink does not have).
+    #[must_use]
+    pub fn table_streams(&self, table: TableId) -> usize {
+        self.tables.get(table.index()).map_or(0, |t| {
+            self.slots[t.slots()]
+                .iter()
+                .filter(|s| s.phase.holds_stream() || s.closing.is_some())
+                .count()
+        })
+    }
+
+    /// While the table waits for streams (cold, with batches its streams could carry), its
+    /// place in the first-come-first-served line of such tables: lower numbers warm first,
+    /// and nobody goes ahead of a table whose pool the cap cannot take yet. `None` while it
+    /// does not wait. Updated by each full pass of [`poll_output`](Self::poll_output).
+    #[must_use]
+    pub fn table_place_in_line(&self, table: TableId) -> Option<u64> {
+        let t = self.tables.get(table.index())?;
+        (t.status == TableStatus::Cold)
+            .then_some(t.waiting_since)
+            .flatten()
+    }
+
     /// Metrics so far.
     #[must_use]
     pub fn metrics(&self) -> &Metrics {
@@ -578,14 +602,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 return out;
             }
             self.fire_timers(now);
-            // A pass can free streams (an evicted table goes cold) that the next pass hands to
-            // a waiting table: run to a fixed point. Each extra pass needs a table to change
-            // state, so this ends within a pass per table.
-            for _ in 0..=self.tables.len() {
-                if !self.pump(now) {
-                    break;
-                }
-            }
+            self.pump_to_fixed_point(now);
             self.settle();
             if !self.outputs.is_empty() {
                 continue;
