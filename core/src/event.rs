@@ -174,8 +174,19 @@ pub enum Ignored {
     },
     /// A rotation request on a connection that is already draining.
     RotationWhileDraining,
-    /// A reconcile answer for a schema the core did not ask about (or already had answered).
+    /// A reconcile answer ([`SinkCore::reconciled`](crate::SinkCore::reconciled)) for a schema
+    /// the table has seen in admitted batches but not yet asked about (another schema's
+    /// question is outstanding): an answer ahead of its question. The core asks in its turn;
+    /// answer then.
     NotAsked,
+    /// A reconcile answer for a schema already answered (reconciled or refused): a duplicate
+    /// or a late answer. It cannot overturn the first answer nor stand for the question
+    /// outstanding now, which is about another schema (or the same schema asked again
+    /// after `reconcile_timeout`, which the first answer settled).
+    AlreadyAnswered,
+    /// A reconcile answer for a schema the table has never seen in an admitted batch (or for
+    /// a table the sink does not have, or one taken as it is).
+    UnknownSchema,
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
