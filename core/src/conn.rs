@@ -25,6 +25,43 @@ pub(crate) fn next_sink() -> u32 {
 ///   does not compile (the lane is a type parameter, see [`crate::lane`]);
 /// - an input for a connection of another sink of the same lane, or of a connection this sink
 ///   has closed, is ignored as stale (invariant 4).
+///
+/// A connection id cannot be forged: its constructor is private (private associated function):
+///
+/// ```compile_fail,E0624
+/// use zerobus_sink::{ConnId, Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Open { conn, .. } = sink.poll_output(Time::ZERO) {
+///     // Another sink's identity on this sink's slot and generation.
+///     let forged = ConnId::<Raw>::new(7, conn.slot(), conn.generation());
+/// }
+/// ```
+///
+/// nor built from its parts (private fields):
+///
+/// ```compile_fail,E0451
+/// use std::marker::PhantomData;
+/// use zerobus_sink::{ConnId, Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Open { conn, .. } = sink.poll_output(Time::ZERO) {
+///     let (slot, generation) = (conn.slot(), conn.generation());
+///     let forged: ConnId<Raw> = ConnId { sink: 7, slot, generation, lane: PhantomData };
+/// }
+/// ```
+///
+/// A raw connection cannot be mistaken for a derived one, even in a comparison (mismatched
+/// types):
+///
+/// ```compile_fail,E0308
+/// use zerobus_sink::{Derived, Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut raw = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let mut derived = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let (Output::Open { conn: a, .. }, Output::Open { conn: b, .. }) =
+///     (raw.poll_output(Time::ZERO), derived.poll_output(Time::ZERO))
+/// {
+///     let same = a == b;
+/// }
+/// ```
 pub struct ConnId<L: Lane> {
     pub(crate) sink: u32,
     pub(crate) slot: SlotId,

@@ -48,6 +48,18 @@ impl PutResultMeta {
 ///     let _ = raw.handle(Time::ZERO, Input::ready(conn));
 /// }
 /// ```
+///
+/// Nor can a derived connection's failure (mismatched types):
+///
+/// ```compile_fail,E0308
+/// use zerobus_sink::{Code, Derived, Input, Output, Raw, SinkConfig, SinkCore, StreamError, Time};
+/// let mut raw = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let mut derived = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Open { conn, .. } = derived.poll_output(Time::ZERO) {
+///     let error = StreamError::status(Code::Unavailable, "gone");
+///     let _ = raw.handle(Time::ZERO, Input::<Raw>::Failed { conn, error });
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Input<L: Lane> {
@@ -323,6 +335,22 @@ impl<L: Lane, B: Batch> fmt::Debug for Transmit<L, B> {
 }
 
 /// One ack's worth of confirmations of one slot, in offset order.
+///
+/// A burst is consumed by iterating it, so its confirmations cannot be taken twice (use of
+/// moved value):
+///
+/// ```compile_fail,E0382
+/// use zerobus_sink::{Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Confirmed(burst) = sink.poll_output(Time::ZERO) {
+///     for confirmation in burst {
+///         let _ = confirmation.commit();
+///     }
+///     for confirmation in burst {
+///         let _ = confirmation.commit();
+///     }
+/// }
+/// ```
 #[must_use = "confirmations must be committed"]
 pub struct Confirmed<L: Lane> {
     pub(crate) table: TableId,

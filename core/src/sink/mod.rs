@@ -108,7 +108,19 @@ impl<L: Lane, B> TableState<L, B> {
 ///
 /// The drain contract: after every input, mutator call, and whenever the time it last returned
 /// in [`Output::Timeout`] is reached, call `poll_output` until it returns `Output::Timeout`.
-/// Every call takes the current time; the core never reads a clock.
+/// Every call takes the current time; the core never reads a clock. A drain ends at a fixed
+/// point (invariant 13): once `poll_output` has answered `Timeout(at)`, calling it again at the
+/// same `now` answers `Timeout(at)` again and changes no state, so a driver that sleeps until
+/// `at` leaves no work waiting.
+///
+/// A sink cannot be duplicated (two copies would mint the same connection ids and confirm the
+/// same tokens twice; no `Clone`):
+///
+/// ```compile_fail,E0599
+/// use zerobus_sink::{Raw, SinkConfig, SinkCore};
+/// let sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let copy = sink.clone();
+/// ```
 pub struct SinkCore<L: Lane, B: Batch> {
     /// This sink's identity, minted into every connection id it hands out.
     id: u32,
