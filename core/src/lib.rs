@@ -128,8 +128,11 @@
 //! - **Liveness** (11): with work pending the core always has a future deadline, and a table
 //!   waiting for streams under the cap gets its turn (first come, first served; see
 //!   [`SinkConfig::min_residency`]).
+//! - **A drain reaches a fixed point** (13): once `poll_output` has answered `Timeout(at)`, a
+//!   second call at the same `now` answers `Timeout(at)` again and changes no state, so a
+//!   driver that sleeps until `at` never leaves a table waiting with streams free for it.
 //!
-//! The ten invariants and their tests are listed in the repository's `docs/architecture.md`.
+//! The invariants and their tests are listed in the repository's `docs/architecture.md`.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

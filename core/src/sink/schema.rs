@@ -134,7 +134,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return Handled::Ignored(Ignored::UnknownSchema);
         };
         let s = &mut t.schemas;
-        if !s.asked.is_some_and(|(asked, _)| asked == schema) {
+        if s.asked.is_none_or(|(asked, _)| asked != schema) {
             let answered = s.is_ok(schema) || s.refused.iter().any(|(r, _)| *r == schema);
             let why = if answered {
                 Ignored::AlreadyAnswered
