@@ -23,45 +23,6 @@ pub enum ErrorClass {
     Fatal,
 }
 
-/// Why the service rejected the stream's schema (`google.rpc.ErrorInfo` reason
-/// `SCHEMA_VALIDATION_FAILED`, PROTOCOL.md C.2).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SchemaCause {
-    /// A batch column the table does not have.
-    FieldNotInTable,
-    /// A required table column the batch lacks.
-    MissingRequiredColumn,
-    /// Columns in another order than the table's.
-    FieldOutOfOrder,
-    /// A column whose type the table cannot take.
-    TypeIncompatible,
-    /// A different number of columns.
-    FieldCountMismatch,
-    /// A cause this library does not know, as sent.
-    Unknown(String),
-}
-
-impl SchemaCause {
-    /// Parses the comma-separated `metadata.causes` of the error detail.
-    #[must_use]
-    pub fn parse_list(causes: &str) -> Vec<SchemaCause> {
-        causes
-            .split(',')
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .map(|c| match c {
-                "FIELD_NOT_IN_TABLE" => SchemaCause::FieldNotInTable,
-                "MISSING_REQUIRED_COLUMN" => SchemaCause::MissingRequiredColumn,
-                "FIELD_OUT_OF_ORDER" => SchemaCause::FieldOutOfOrder,
-                "TYPE_INCOMPATIBLE" => SchemaCause::TypeIncompatible,
-                "FIELD_COUNT_MISMATCH" => SchemaCause::FieldCountMismatch,
-                other => SchemaCause::Unknown(other.to_owned()),
-            })
-            .collect()
-    }
-}
-
 impl StreamError {
     /// The class of this error, given whether the stream was live (READY) when it happened:
     /// a retryable failure of a live stream is [`Poison`](ErrorClass::Poison), of a stream not
@@ -105,6 +66,7 @@ impl StreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::SchemaCause;
 
     fn status(code: Code) -> StreamError {
         StreamError::status(code, "")

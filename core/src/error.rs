@@ -309,7 +309,7 @@ pub enum StreamError {
     #[error("schema rejected ({causes:?}, error code {error_code:?}): {message}")]
     SchemaRejected {
         /// The causes the service listed.
-        causes: Vec<crate::classify::SchemaCause>,
+        causes: Vec<SchemaCause>,
         /// The service's numeric error code, if sent.
         error_code: Option<String>,
         /// The status message.
@@ -365,9 +365,7 @@ impl StreamError {
                 && (info.domain == "zerobus.databricks.com" || info.domain.is_empty()) =>
             {
                 StreamError::SchemaRejected {
-                    causes: crate::classify::SchemaCause::parse_list(
-                        info.causes.as_deref().unwrap_or(""),
-                    ),
+                    causes: SchemaCause::parse_list(info.causes.as_deref().unwrap_or("")),
                     error_code: info.error_code.clone(),
                     message,
                 }
@@ -467,6 +465,45 @@ pub enum FailureReason {
         /// What the catalog said (every refusal, each naming its column).
         reason: String,
     },
+}
+
+/// Why the service rejected the stream's schema (`google.rpc.ErrorInfo` reason
+/// `SCHEMA_VALIDATION_FAILED`, PROTOCOL.md C.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SchemaCause {
+    /// A batch column the table does not have.
+    FieldNotInTable,
+    /// A required table column the batch lacks.
+    MissingRequiredColumn,
+    /// Columns in another order than the table's.
+    FieldOutOfOrder,
+    /// A column whose type the table cannot take.
+    TypeIncompatible,
+    /// A different number of columns.
+    FieldCountMismatch,
+    /// A cause this library does not know, as sent.
+    Unknown(String),
+}
+
+impl SchemaCause {
+    /// Parses the comma-separated `metadata.causes` of the error detail.
+    #[must_use]
+    pub fn parse_list(causes: &str) -> Vec<SchemaCause> {
+        causes
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| match c {
+                "FIELD_NOT_IN_TABLE" => SchemaCause::FieldNotInTable,
+                "MISSING_REQUIRED_COLUMN" => SchemaCause::MissingRequiredColumn,
+                "FIELD_OUT_OF_ORDER" => SchemaCause::FieldOutOfOrder,
+                "TYPE_INCOMPATIBLE" => SchemaCause::TypeIncompatible,
+                "FIELD_COUNT_MISMATCH" => SchemaCause::FieldCountMismatch,
+                other => SchemaCause::Unknown(other.to_owned()),
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

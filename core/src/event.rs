@@ -5,8 +5,9 @@ use std::time::Duration;
 use std::vec;
 
 use crate::batch::Batch;
+use crate::conn::ConnId;
 use crate::error::{FailureReason, ProtocolError, StreamError};
-use crate::ids::{ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
+use crate::ids::{LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::time::Time;
 
@@ -45,6 +46,18 @@ impl PutResultMeta {
 /// if let Output::Open { conn, .. } = derived.poll_output(Time::ZERO) {
 ///     // The derived sink's READY handed to the raw sink: mismatched types.
 ///     let _ = raw.handle(Time::ZERO, Input::ready(conn));
+/// }
+/// ```
+///
+/// Nor can a derived connection's failure (mismatched types):
+///
+/// ```compile_fail,E0308
+/// use zerobus_sink::{Code, Derived, Input, Output, Raw, SinkConfig, SinkCore, StreamError, Time};
+/// let mut raw = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let mut derived = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Open { conn, .. } = derived.poll_output(Time::ZERO) {
+///     let error = StreamError::status(Code::Unavailable, "gone");
+///     let _ = raw.handle(Time::ZERO, Input::<Raw>::Failed { conn, error });
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,8 +186,19 @@ pub enum Ignored {
     },
     /// A rotation request on a connection that is already draining.
     RotationWhileDraining,
-    /// A reconcile answer for a schema the core did not ask about (or already had answered).
+    /// A reconcile answer ([`SinkCore::reconciled`](crate::SinkCore::reconciled)) for a schema
+    /// the table has seen in admitted batches but not yet asked about (another schema's
+    /// question is outstanding): an answer ahead of its question. The core asks in its turn;
+    /// answer then.
     NotAsked,
+    /// A reconcile answer for a schema already answered (reconciled or refused): a duplicate
+    /// or a late answer. It cannot overturn the first answer nor stand for the question
+    /// outstanding now, which is about another schema (or the same schema asked again
+    /// after `reconcile_timeout`, which the first answer settled).
+    AlreadyAnswered,
+    /// A reconcile answer for a schema the table has never seen in an admitted batch (or for
+    /// a table the sink does not have, or one taken as it is).
+    UnknownSchema,
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).
@@ -311,6 +335,22 @@ impl<L: Lane, B: Batch> fmt::Debug for Transmit<L, B> {
 }
 
 /// One ack's worth of confirmations of one slot, in offset order.
+///
+/// A burst is consumed by iterating it, so its confirmations cannot be taken twice (use of
+/// moved value):
+///
+/// ```compile_fail,E0382
+/// use zerobus_sink::{Output, Raw, SinkConfig, SinkCore, Time};
+/// let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// if let Output::Confirmed(burst) = sink.poll_output(Time::ZERO) {
+///     for confirmation in burst {
+///         let _ = confirmation.commit();
+///     }
+///     for confirmation in burst {
+///         let _ = confirmation.commit();
+///     }
+/// }
+/// ```
 #[must_use = "confirmations must be committed"]
 pub struct Confirmed<L: Lane> {
     pub(crate) table: TableId,

@@ -1,11 +1,7 @@
-//! Small copyable identifiers: slots, connection generations and offsets.
+//! Small copyable identifiers: tables, routes, schemas, slots, connection generations and
+//! offsets. The lane-typed connection id is in `conn.rs`, above the lanes it names.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use crate::lane::Lane;
 
 /// A table registered with the sink (see [`SinkCore::add_table`](crate::SinkCore::add_table)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -27,8 +23,8 @@ impl TableId {
     /// A route to this table's slot for ordering key `key_hash`: batches with one key hash stay
     /// on one stream, so the service keeps their order.
     #[must_use]
-    pub const fn key(self, key_hash: u64) -> crate::table::Route {
-        crate::table::Route {
+    pub const fn key(self, key_hash: u64) -> Route {
+        Route {
             table: self,
             key: Some(key_hash),
             schema: SchemaId(0),
@@ -38,11 +34,43 @@ impl TableId {
     /// A route to this table for a batch of schema `schema` (tables provisioned through a
     /// catalog, [`TableSpec::reconciled`](crate::TableSpec::reconciled)).
     #[must_use]
-    pub const fn schema(self, schema: SchemaId) -> crate::table::Route {
-        crate::table::Route {
+    pub const fn schema(self, schema: SchemaId) -> Route {
+        Route {
             table: self,
             key: None,
             schema,
+        }
+    }
+}
+
+/// Where a batch goes: a table, and for keyed tables the key's hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Route {
+    pub(crate) table: TableId,
+    pub(crate) key: Option<u64>,
+    pub(crate) schema: SchemaId,
+}
+
+impl Route {
+    /// The table.
+    #[must_use]
+    pub fn table(&self) -> TableId {
+        self.table
+    }
+
+    /// The batch's schema (`SchemaId(0)` unless routed with [`TableId::schema`]).
+    #[must_use]
+    pub fn schema_id(&self) -> SchemaId {
+        self.schema
+    }
+}
+
+impl From<TableId> for Route {
+    fn from(table: TableId) -> Route {
+        Route {
+            table,
+            key: None,
+            schema: SchemaId(0),
         }
     }
 }
@@ -92,7 +120,7 @@ impl fmt::Display for SlotId {
 
 /// The generation of a connection (one Zerobus `DoPut` call) within its slot's sink: every
 /// connection a sink opens gets a fresh, never reused generation. A plain label for logs, errors
-/// and metric labels; inputs name connections with a [`ConnId`], which only the core mints.
+/// and metric labels; inputs name connections with a [`ConnId`](crate::ConnId), which only the core mints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnGen(pub(crate) u64);
 
@@ -107,109 +135,6 @@ impl ConnGen {
 impl fmt::Display for ConnGen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "conn {}", self.0)
-    }
-}
-
-/// Hands out sink identities: one per [`SinkCore`](crate::SinkCore), never reused in a process.
-static NEXT_SINK: AtomicU32 = AtomicU32::new(1);
-
-/// A fresh sink identity.
-pub(crate) fn next_sink() -> u32 {
-    NEXT_SINK.fetch_add(1, Ordering::Relaxed)
-}
-
-/// One connection of one sink of lane `L`: the sink's identity, the slot and the generation.
-///
-/// Only the core mints these (in [`Output::Open`](crate::Output::Open)); there is no public
-/// constructor. Every [`Input`](crate::Input) names the connection it is about with one, so:
-/// - an input for a connection of a derived-lane sink cannot be handed to a raw-lane sink: it
-///   does not compile (the lane is a type parameter, see [`crate::lane`]);
-/// - an input for a connection of another sink of the same lane, or of a connection this sink
-///   has closed, is ignored as stale (invariant 4).
-pub struct ConnId<L: Lane> {
-    pub(crate) sink: u32,
-    pub(crate) slot: SlotId,
-    pub(crate) generation: ConnGen,
-    lane: PhantomData<fn() -> L>,
-}
-
-impl<L: Lane> ConnId<L> {
-    pub(crate) fn new(sink: u32, slot: SlotId, generation: ConnGen) -> ConnId<L> {
-        ConnId {
-            sink,
-            slot,
-            generation,
-            lane: PhantomData,
-        }
-    }
-
-    /// The slot the connection belongs to.
-    #[must_use]
-    pub fn slot(self) -> SlotId {
-        self.slot
-    }
-
-    /// The connection's generation (a label for logs).
-    #[must_use]
-    pub fn generation(self) -> ConnGen {
-        self.generation
-    }
-
-    fn key(self) -> (u32, SlotId, ConnGen) {
-        (self.sink, self.slot, self.generation)
-    }
-}
-
-impl<L: Lane> Clone for ConnId<L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<L: Lane> Copy for ConnId<L> {}
-
-impl<L: Lane> PartialEq for ConnId<L> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl<L: Lane> Eq for ConnId<L> {}
-
-impl<L: Lane> PartialOrd for ConnId<L> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<L: Lane> Ord for ConnId<L> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
-
-impl<L: Lane> Hash for ConnId<L> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key().hash(state);
-    }
-}
-
-impl<L: Lane> fmt::Debug for ConnId<L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ConnId({}, sink {}, {}, {})",
-            L::NAME,
-            self.sink,
-            self.slot,
-            self.generation
-        )
-    }
-}
-
-impl<L: Lane> fmt::Display for ConnId<L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}, {}", self.slot, self.generation)
     }
 }
 

@@ -9,7 +9,9 @@
 //! The misuses below do not compile. Each example states the error it must fail with; the
 //! error codes are checked by rustdoc in its nightly mode, e.g.
 //! `RUSTDOC=scripts/rustdoc-error-codes cargo test --workspace --doc` as CI runs it (stable
-//! rustdoc only checks that they fail), and every one has a compiling twin in the tests.
+//! rustdoc only checks that they fail). Each differs from code that compiles (the crate docs'
+//! run loop, `core/tests/invariants.rs::invariant_6_lanes_are_type_parameters`) in the one
+//! misuse it names.
 //!
 //! A derived token cannot be submitted to a raw sink (mismatched types):
 //!
@@ -60,6 +62,56 @@
 //! let token = Token::raw("orders", 0, 42);
 //! let offset = zerobus_sink::LogicalOffset::ZERO;
 //! let forged = Confirmation::<Raw>::new(token, SlotId::from_index(0), offset, 1, Time::ZERO, Time::ZERO);
+//! ```
+//!
+//! A raw token cannot carry a derived lane's coverage range (mismatched types):
+//!
+//! ```compile_fail,E0308
+//! use zerobus_sink::{CoverageRange, Raw, Token};
+//! let token = Token::<Raw>::new(CoverageRange::new("orders", 0, 0, 10));
+//! ```
+//!
+//! A derived confirmation cannot advance the raw lane's source tracker (mismatched types):
+//!
+//! ```compile_fail,E0308
+//! use zerobus_sink::{Derived, Output, SinkConfig, SinkCore, SourceTracker, Time};
+//! let mut sink = SinkCore::<Derived, Vec<u8>>::new(SinkConfig::default()).unwrap();
+//! let mut tracker = SourceTracker::new();
+//! if let Output::Confirmed(burst) = sink.poll_output(Time::ZERO) {
+//!     for confirmation in burst {
+//!         let _ = tracker.confirm(confirmation);
+//!     }
+//! }
+//! ```
+//!
+//! A confirmation cannot be duplicated to commit one position twice (no `Clone`):
+//!
+//! ```compile_fail,E0599
+//! use zerobus_sink::{Output, Raw, SinkConfig, SinkCore, Time};
+//! let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+//! if let Output::Confirmed(burst) = sink.poll_output(Time::ZERO) {
+//!     for confirmation in burst {
+//!         let copy = confirmation.clone();
+//!     }
+//! }
+//! ```
+//!
+//! A token rides on one batch: submitting it moves it into the sink (use of moved value):
+//!
+//! ```compile_fail,E0382
+//! use zerobus_sink::{Raw, SinkConfig, SinkCore, TableSpec, Time, Token};
+//! let mut sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+//! let table = sink.add_table(TableSpec::new("main.bronze.orders")).unwrap();
+//! let token = Token::raw("orders", 0, 42);
+//! let _ = sink.submit(Time::ZERO, table, vec![1u8], token);
+//! let _ = sink.submit(Time::ZERO, table, vec![2u8], token);
+//! ```
+//!
+//! A sink's lane is one of the sealed lanes, never another type (unsatisfied trait bound):
+//!
+//! ```compile_fail,E0277
+//! use zerobus_sink::{SinkConfig, SinkCore};
+//! let sink = SinkCore::<String, Vec<u8>>::new(SinkConfig::default());
 //! ```
 //!
 //! No lane can be added outside this crate: the trait is sealed (unsatisfied trait bound):

@@ -128,8 +128,11 @@
 //! - **Liveness** (11): with work pending the core always has a future deadline, and a table
 //!   waiting for streams under the cap gets its turn (first come, first served; see
 //!   [`SinkConfig::min_residency`]).
+//! - **A drain reaches a fixed point** (13): once `poll_output` has answered `Timeout(at)`, a
+//!   second call at the same `now` answers `Timeout(at)` again and changes no state, so a
+//!   driver that sleeps until `at` never leaves a table waiting with streams free for it.
 //!
-//! The ten invariants and their tests are listed in the repository's `docs/architecture.md`.
+//! The invariants and their tests are listed in the repository's `docs/architecture.md`.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -138,6 +141,7 @@ mod backoff;
 mod batch;
 mod classify;
 mod config;
+mod conn;
 mod coverage;
 mod error;
 mod event;
@@ -152,25 +156,26 @@ mod tracker;
 mod window;
 
 pub use batch::Batch;
-pub use classify::{ErrorClass, SchemaCause};
+pub use classify::ErrorClass;
 pub use config::{RetryPolicy, SinkConfig, StreamService, WindowLimits};
+pub use conn::ConnId;
 pub use coverage::Coverage;
 pub use error::{
     Bound, Code, ConfigError, ErrorInfo, FailureReason, ProtocolError, RejectReason, Rejected,
-    StreamError,
+    SchemaCause, StreamError,
 };
 pub use event::{
     Confirmed, ConfirmedIter, Failed, FailedBatch, Handled, Ignored, Input, Output, PutResultMeta,
     Transmit,
 };
-pub use ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
+pub use ids::{ConnGen, LogicalOffset, Route, SchemaId, SlotId, TableId, WireOffset};
 pub use lane::{
     Confirmation, CoverageRange, Derived, Lane, Raw, SourcePosition, SourceSpan, Token,
 };
 pub use metrics::{Histogram, Metrics, Watermarks};
 pub use sink::{Admitted, SinkCore};
 pub use sizing::{PoolSizing, SizedPool};
-pub use table::{Route, TableSpec};
+pub use table::TableSpec;
 pub use time::Time;
 pub use tracker::{SourceTracker, TrackerError};
 pub use window::InFlight;

@@ -1,6 +1,5 @@
-//! Tables: what a caller registers, and how a batch is routed to one.
+//! Tables: what a caller registers (how a batch is routed to one is a [`Route`](crate::Route)).
 
-use crate::ids::{SchemaId, TableId};
 use crate::sizing::PoolSizing;
 
 /// A target table and how to write it.
@@ -13,7 +12,7 @@ pub struct TableSpec {
     /// Whether batches carry an ordering key: each key hash then maps to one fixed slot.
     pub keyed: bool,
     /// Whether the table is provisioned through a catalog: each new batch schema
-    /// ([`SchemaId`]) is reconciled with the table ([`Output::Reconcile`](crate::Output))
+    /// ([`SchemaId`](crate::SchemaId)) is reconciled with the table ([`Output::Reconcile`](crate::Output))
     /// before any batch of it is given to a stream, and each stream is opened for one schema.
     /// Without it the table is taken as it is and every batch must fit it.
     pub reconciled: bool,
@@ -55,38 +54,6 @@ impl TableSpec {
         TableSpec {
             keyed: true,
             ..self
-        }
-    }
-}
-
-/// Where a batch goes: a table, and for keyed tables the key's hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Route {
-    pub(crate) table: TableId,
-    pub(crate) key: Option<u64>,
-    pub(crate) schema: SchemaId,
-}
-
-impl Route {
-    /// The table.
-    #[must_use]
-    pub fn table(&self) -> TableId {
-        self.table
-    }
-
-    /// The batch's schema (`SchemaId(0)` unless routed with [`TableId::schema`]).
-    #[must_use]
-    pub fn schema_id(&self) -> SchemaId {
-        self.schema
-    }
-}
-
-impl From<TableId> for Route {
-    fn from(table: TableId) -> Route {
-        Route {
-            table,
-            key: None,
-            schema: SchemaId(0),
         }
     }
 }

@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use crate::batch::Batch;
 use crate::config::WindowLimits;
+use crate::conn::ConnId;
 use crate::error::{Bound, FailureReason, ProtocolError};
 use crate::event::Ignored;
 use crate::event::{Confirmed, Failed, FailedBatch, Items, Output, Transmit};
-use crate::ids::{ConnGen, ConnId, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
+use crate::ids::{ConnGen, LogicalOffset, SchemaId, SlotId, TableId, WireOffset};
 use crate::lane::{Confirmation, Lane, Token};
 use crate::metrics::Watermarks;
 use crate::time::{Time, earliest};

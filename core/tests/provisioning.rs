@@ -247,10 +247,10 @@ fn an_unanswered_reconcile_is_asked_again_after_the_timeout() {
         wire.reconciles,
         [(table, SchemaId(7)), (table, SchemaId(7))]
     );
-    // An answer for a schema never asked about changes nothing.
+    // An answer for a schema never seen changes nothing.
     assert_eq!(
         s.reconciled(again, table, SchemaId(9), Ok(())),
-        Handled::Ignored(Ignored::NotAsked)
+        Handled::Ignored(Ignored::UnknownSchema)
     );
     s.reconciled(again, table, SchemaId(7), Ok(()));
     wire.drain(&mut s, again);
@@ -275,4 +275,116 @@ fn keyed_tables_cannot_be_provisioned_through_the_catalog() {
         .add_table(TableSpec::new("main.bronze.keyed").keyed().reconciled())
         .unwrap_err();
     assert!(matches!(err, ConfigError::KeyedReconciled { .. }), "{err}");
+}
+
+/// What an ignored reconcile answer must leave as it was: watermarks, metrics, and the next
+/// output at the same instant.
+fn unchanged_by(s: &mut Sink, now: Time, answer: impl FnOnce(&mut Sink) -> Handled) -> Handled {
+    let before = (
+        s.watermarks(),
+        s.metrics().clone(),
+        s.poll_output(now).timeout(),
+    );
+    let handled = answer(s);
+    let after = (
+        s.watermarks(),
+        s.metrics().clone(),
+        s.poll_output(now).timeout(),
+    );
+    assert_eq!(before.0, after.0, "watermarks moved");
+    assert_eq!(
+        (before.1.reconciles_ok, before.1.schemas_refused, before.2),
+        (after.1.reconciles_ok, after.1.schemas_refused, after.2),
+        "an ignored answer changed the sink"
+    );
+    handled
+}
+
+#[test]
+fn reconciled_an_answer_that_comes_twice_is_applied_once() {
+    let (mut s, table, mut wire) = serving_schema_1(1);
+    // Schema 2 is asked about; the driver answers it, then answers schema 1 and 2 again
+    // (a catalog task that retried, a late copy): neither may stand for a later question.
+    s.submit(t(1), table.schema(SchemaId(2)), batch(2, 5), token(2))
+        .unwrap();
+    wire.drain(&mut s, t(1));
+    assert_eq!(wire.reconciles.last(), Some(&(table, SchemaId(2))));
+    assert_eq!(
+        s.reconciled(t(1), table, SchemaId(2), Err("narrowing".into())),
+        Handled::Applied
+    );
+    wire.drain(&mut s, t(1));
+    for schema in [1, 2] {
+        let handled = unchanged_by(&mut s, t(1), |s| {
+            s.reconciled(t(1), table, SchemaId(schema), Ok(()))
+        });
+        assert_eq!(handled, Handled::Ignored(Ignored::AlreadyAnswered));
+    }
+    // The refusal stands: schema 2 is still refused at admission.
+    let r = s
+        .submit(t(2), table.schema(SchemaId(2)), batch(2, 5), token(3))
+        .unwrap_err();
+    assert!(matches!(r.reason, RejectReason::SchemaRefused { .. }));
+    // A newer question is not answered by a late copy of an older answer.
+    s.submit(t(2), table.schema(SchemaId(3)), batch(3, 5), token(4))
+        .unwrap();
+    wire.drain(&mut s, t(2));
+    assert_eq!(wire.reconciles.last(), Some(&(table, SchemaId(3))));
+    let handled = unchanged_by(&mut s, t(2), |s| {
+        s.reconciled(t(2), table, SchemaId(1), Ok(()))
+    });
+    assert_eq!(handled, Handled::Ignored(Ignored::AlreadyAnswered));
+    assert_eq!(s.metrics().reconciles_ok, 1);
+}
+
+#[test]
+fn reconciled_an_answer_that_comes_before_its_question_is_ignored() {
+    let (mut s, table) = provisioned(1);
+    let mut wire = Wire::default();
+    // Schemas 5 then 6 admitted: the core asks about 5 only, one question at a time.
+    s.submit(t(0), table.schema(SchemaId(5)), batch(5, 5), token(1))
+        .unwrap();
+    s.submit(t(0), table.schema(SchemaId(6)), batch(6, 5), token(2))
+        .unwrap();
+    wire.drain(&mut s, t(0));
+    assert_eq!(wire.reconciles, [(table, SchemaId(5))]);
+    let handled = unchanged_by(&mut s, t(0), |s| {
+        s.reconciled(t(0), table, SchemaId(6), Ok(()))
+    });
+    assert_eq!(handled, Handled::Ignored(Ignored::NotAsked));
+    // Its question comes after 5 is answered, and then the answer is applied.
+    assert_eq!(
+        s.reconciled(t(0), table, SchemaId(5), Ok(())),
+        Handled::Applied
+    );
+    wire.drain(&mut s, t(0));
+    assert_eq!(
+        wire.reconciles,
+        [(table, SchemaId(5)), (table, SchemaId(6))]
+    );
+    assert_eq!(
+        s.reconciled(t(0), table, SchemaId(6), Ok(())),
+        Handled::Applied
+    );
+    assert_eq!(s.metrics().reconciles_ok, 2);
+}
+
+#[test]
+fn reconciled_an_answer_for_a_schema_never_seen_is_ignored() {
+    let (mut s, table, _wire) = serving_schema_1(1);
+    let handled = unchanged_by(&mut s, t(1), |s| {
+        s.reconciled(t(1), table, SchemaId(42), Ok(()))
+    });
+    assert_eq!(handled, Handled::Ignored(Ignored::UnknownSchema));
+    // Nor for a table the sink does not have.
+    let handled = unchanged_by(&mut s, t(1), |s| {
+        s.reconciled(t(1), TableId::from_index(9), SchemaId(1), Ok(()))
+    });
+    assert_eq!(handled, Handled::Ignored(Ignored::UnknownSchema));
+    // Schema 42 was not taken as reconciled: its first batch still asks.
+    let mut wire = Wire::default();
+    s.submit(t(2), table.schema(SchemaId(42)), batch(42, 5), token(2))
+        .unwrap();
+    wire.drain(&mut s, t(2));
+    assert_eq!(wire.reconciles, [(table, SchemaId(42))]);
 }

@@ -98,6 +98,12 @@ pub enum Op {
     },
     /// The caller flushes: the core deals each table's queue over its streams.
     Flush,
+    /// The driver drains `poll_output` again at the same instant, `1 + times % 3` times, with
+    /// no input in between: each drain must find nothing to do (invariant 13, a fixed point).
+    PollAgain {
+        /// How many more drains, modulo 3, less one.
+        times: u8,
+    },
 }
 
 const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
@@ -105,6 +111,10 @@ const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
 /// fuzz findings decode as they did).
 const CATALOG_TAGS: u8 = 242;
 const RECONCILED_TAG: u8 = 249;
+/// A drain again at the same instant (it was the last reconcile answer's tag; it keeps that
+/// operation's one field byte, so an older input decodes op for op as before, each of its
+/// tag-254 answers now a poll again).
+const POLL_AGAIN_TAG: u8 = 254;
 /// The last tag is a flush, which has no fields (it was a reconcile answer before flushes were
 /// operations).
 const FLUSH_TAG: u8 = 255;
@@ -127,6 +137,8 @@ impl Op {
                 };
                 ops.push(if tag < RECONCILED_TAG {
                     Op::Drift { hold: f & 1 == 1 }
+                } else if tag == POLL_AGAIN_TAG {
+                    Op::PollAgain { times: f }
                 } else {
                     Op::Reconciled { ok: f & 1 == 1 }
                 });
@@ -208,6 +220,7 @@ impl Op {
                 Op::Drift { hold } => out.extend([CATALOG_TAGS, u8::from(hold)]),
                 Op::Reconciled { ok } => out.extend([RECONCILED_TAG, u8::from(ok)]),
                 Op::Flush => out.push(FLUSH_TAG),
+                Op::PollAgain { times } => out.extend([POLL_AGAIN_TAG, times]),
             }
         }
         out
@@ -251,7 +264,7 @@ impl Arbitrary for Op {
             0 => u8::arbitrary(g),
             _ => u8::arbitrary(g) % 40,
         };
-        match u8::arbitrary(g) % 36 {
+        match u8::arbitrary(g) % 37 {
             0..=6 => Op::Submit { rows: rows(g) },
             7..=9 => Op::SubmitKeyed {
                 key: u8::arbitrary(g) % 5,
@@ -300,7 +313,10 @@ impl Arbitrary for Op {
             33 | 34 => Op::Reconciled {
                 ok: u8::arbitrary(g) % 4 != 0,
             },
-            _ => Op::Flush,
+            35 => Op::Flush,
+            _ => Op::PollAgain {
+                times: u8::arbitrary(g),
+            },
         }
     }
 }
@@ -669,6 +685,11 @@ impl Harness {
                 self.hold = false;
             }
             Op::Flush => self.sink.flush(self.now),
+            Op::PollAgain { times } => {
+                for _ in 0..times % 3 {
+                    self.drain()?;
+                }
+            }
             Op::Close { grace_ms } => {
                 self.closing = true;
                 self.oracle.closing();
@@ -815,7 +836,7 @@ impl Harness {
                 break;
             }
         }
-        self.oracle.check(&self.sink)
+        self.oracle.check(&mut self.sink)
     }
 
     /// Batches admitted and not yet ended, by the oracle's count.

@@ -29,6 +29,39 @@ fn the_byte_format_round_trips_and_drops_a_truncated_tail() {
 }
 
 #[test]
+fn the_committed_corpus_decodes_op_for_op_and_holds_every_invariant() {
+    // Op::PollAgain took the last reconcile tag (254) with its one field byte, so inputs
+    // written before it decode into as many operations as they did; each still runs clean,
+    // invariant 13 (a second poll after every drain) included.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/ack_window");
+    let mut inputs = 0;
+    let mut polls_again = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let ops = Op::decode_all(&std::fs::read(&path).unwrap());
+        polls_again += ops
+            .iter()
+            .filter(|op| matches!(op, Op::PollAgain { .. }))
+            .count();
+        replay(&path.display().to_string(), &ops);
+        inputs += 1;
+    }
+    assert!(
+        inputs >= 100,
+        "only {inputs} corpus inputs in {}",
+        dir.display()
+    );
+    assert!(
+        polls_again > 0,
+        "no corpus input polls again at the same instant"
+    );
+    assert_eq!(
+        Op::decode_all(&[254, 7, 255]),
+        [Op::PollAgain { times: 7 }, Op::Flush]
+    );
+}
+
+#[test]
 fn forward_ack_after_partial_ack_hands_back_the_suffix() {
     let ops = [
         Op::Submit { rows: 30 },

@@ -93,7 +93,7 @@ impl Rig {
                 self.oracle.output(seen)?;
             }
             if timeout {
-                return self.oracle.check(&self.sink);
+                return self.oracle.check(&mut self.sink);
             }
         }
     }
@@ -637,4 +637,18 @@ fn check_12_fires_on_a_batch_sent_on_a_stream_of_another_schema() {
         other => vec![other],
     });
     expect(result, 12, "opened for schema");
+}
+
+#[test]
+fn check_13_fires_when_a_second_poll_at_the_same_instant_finds_work() {
+    // The wrong driver: after its drain ended with a Timeout it submits a batch and checks the
+    // sink without draining again, so a second poll at that instant finds the `Open` it owes.
+    let mut rig = Rig::checking(1, config(), config(), Checks::only(13));
+    rig.honest().unwrap();
+    rig.submit(10).unwrap();
+    expect(
+        rig.oracle.check(&mut rig.sink),
+        13,
+        "a second poll_output at the same instant returned",
+    );
 }

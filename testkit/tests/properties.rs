@@ -222,3 +222,10 @@ fn fast_path_matches_full_passes_in_a_steady_schedule() {
         "the fast path was not taken in a steady state: {fast} full passes against {full}"
     );
 }
+
+/// Invariant 13: after every drain (and every `Op::PollAgain`), a second `poll_output` at the
+/// same instant answers the same `Timeout` and changes nothing.
+#[test]
+fn prop_a_drain_reaches_a_fixed_point() {
+    property(13, &[EVICTIONS, ROTATIONS, SWITCHES, BUDGETS]);
+}

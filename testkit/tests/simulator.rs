@@ -26,6 +26,8 @@ struct Sum {
     handed_back: u64,
     metrics: zerobus_sink::Metrics,
     faults: FaultCounts,
+    /// The longest any table waited for streams with room for it under the cap, and the seed.
+    longest_wait_with_room: (Duration, u64),
 }
 
 /// Runs `seeds` seeds of `profile`, every invariant (liveness too) checked after every step.
@@ -38,6 +40,9 @@ fn run_profile(profile: &str, seeds: u64) -> Sum {
         let config = SimConfig::profile(profile, seed).expect("known profile");
         let report = simulate(profile, &config).unwrap_or_else(|failure| panic!("{failure}"));
         sum.steps += report.steps;
+        if report.longest_wait_with_room > sum.longest_wait_with_room.0 {
+            sum.longest_wait_with_room = (report.longest_wait_with_room, seed);
+        }
         sum.handed_back += report.tally.failed;
         assert_eq!(
             report.tally.admitted,
@@ -69,6 +74,13 @@ fn run_profile(profile: &str, seeds: u64) -> Sum {
         sum.steps, sum.handed_back
     );
     println!("  injected: {:?}", sum.faults);
+    let (wait, seed) = sum.longest_wait_with_room;
+    println!("  longest wait for streams with room under the cap: {wait:?} (seed {seed})");
+    assert_eq!(
+        wait,
+        Duration::ZERO,
+        "profile {profile}, seed {seed}: a table waited {wait:?} for streams the cap had room for"
+    );
     println!(
         "  core: opened {} | poisoned {} | ack timeouts {} | transient {} | concurrency rejects {} | rotations {} | auth rejections {} (refreshes {}) | tables failed {} | evictions {} | protocol errors {} | stale {} | budgets spent {}",
         m.connections_opened,

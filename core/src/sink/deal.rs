@@ -18,7 +18,6 @@ use crate::lane::Lane;
 use crate::time::Time;
 use crate::window::SlotWindow;
 
-use super::pump::{has_room, room_in};
 use super::{SinkCore, TableState, TableStatus};
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
@@ -89,4 +88,35 @@ pub(super) fn pick<L: Lane, B: Batch>(
         }
     }
     room_in(t, slots, limits, rows, bytes)
+}
+
+/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
+/// of `rows`/`bytes`, as its index within the table's pool.
+#[inline]
+pub(super) fn room_in<L: Lane, B: Batch>(
+    t: &TableState<L, B>,
+    slots: &[SlotWindow<L, B>],
+    limits: &WindowLimits,
+    rows: u64,
+    bytes: u64,
+) -> Option<usize> {
+    let n = usize::from(t.pool.slots);
+    // Round-robin from the cursor without a division per step (it is on every batch's path).
+    let start = t.cursor.min(n);
+    (start..n).chain(0..start).find(|&k| {
+        slots
+            .get(t.first_slot + k)
+            .is_some_and(|w| has_room(w, limits, rows, bytes))
+    })
+}
+
+/// Whether `w` is READY and has room for a batch of `rows`/`bytes`.
+#[inline]
+pub(super) fn has_room<L: Lane, B: Batch>(
+    w: &SlotWindow<L, B>,
+    limits: &WindowLimits,
+    rows: u64,
+    bytes: u64,
+) -> bool {
+    w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none()
 }

@@ -21,11 +21,11 @@ use crate::batch::Batch;
 use crate::config::SinkConfig;
 use crate::error::{ConfigError, RejectReason, Rejected, StreamError};
 use crate::event::{Handled, Input, Output};
-use crate::ids::{SlotId, TableId};
+use crate::ids::{Route, SlotId, TableId};
 use crate::lane::{Lane, Token};
 use crate::metrics::{Metrics, Watermarks};
 use crate::sizing::SizedPool;
-use crate::table::{Route, TableSpec};
+use crate::table::TableSpec;
 use crate::time::Time;
 use crate::window::{InFlight, Phase, Queued, SlotWindow, Timeouts};
 
@@ -108,7 +108,19 @@ impl<L: Lane, B> TableState<L, B> {
 ///
 /// The drain contract: after every input, mutator call, and whenever the time it last returned
 /// in [`Output::Timeout`] is reached, call `poll_output` until it returns `Output::Timeout`.
-/// Every call takes the current time; the core never reads a clock.
+/// Every call takes the current time; the core never reads a clock. A drain ends at a fixed
+/// point (invariant 13): once `poll_output` has answered `Timeout(at)`, calling it again at the
+/// same `now` answers `Timeout(at)` again and changes no state, so a driver that sleeps until
+/// `at` leaves no work waiting.
+///
+/// A sink cannot be duplicated (two copies would mint the same connection ids and confirm the
+/// same tokens twice; no `Clone`):
+///
+/// ```compile_fail,E0599
+/// use zerobus_sink::{Raw, SinkConfig, SinkCore};
+/// let sink = SinkCore::<Raw, Vec<u8>>::new(SinkConfig::default()).unwrap();
+/// let copy = sink.clone();
+/// ```
 pub struct SinkCore<L: Lane, B: Batch> {
     /// This sink's identity, minted into every connection id it hands out.
     id: u32,
@@ -150,7 +162,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     pub fn new(config: SinkConfig) -> Result<SinkCore<L, B>, ConfigError> {
         config.validate()?;
         Ok(SinkCore {
-            id: crate::ids::next_sink(),
+            id: crate::conn::next_sink(),
             jitter: Jitter::new(config.retry.jitter_seed),
             timeouts: Timeouts::new(config.open_timeout, config.ack_timeout),
             config,
@@ -332,6 +344,30 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             .iter()
             .filter(|s| s.phase.holds_stream() || s.closing.is_some())
             .count()
+    }
+
+    /// Streams one table holds against the cap: open, opening, backing off, or half-closed
+    /// and not yet ended (0 for a cold table, and for a table the sink does not have).
+    #[must_use]
+    pub fn table_streams(&self, table: TableId) -> usize {
+        self.tables.get(table.index()).map_or(0, |t| {
+            self.slots[t.slots()]
+                .iter()
+                .filter(|s| s.phase.holds_stream() || s.closing.is_some())
+                .count()
+        })
+    }
+
+    /// While the table waits for streams (cold, with batches its streams could carry), its
+    /// place in the first-come-first-served line of such tables: lower numbers warm first,
+    /// and nobody goes ahead of a table whose pool the cap cannot take yet. `None` while it
+    /// does not wait. Updated by each full pass of [`poll_output`](Self::poll_output).
+    #[must_use]
+    pub fn table_place_in_line(&self, table: TableId) -> Option<u64> {
+        let t = self.tables.get(table.index())?;
+        (t.status == TableStatus::Cold)
+            .then_some(t.waiting_since)
+            .flatten()
     }
 
     /// Metrics so far.
@@ -578,14 +614,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 return out;
             }
             self.fire_timers(now);
-            // A pass can free streams (an evicted table goes cold) that the next pass hands to
-            // a waiting table: run to a fixed point. Each extra pass needs a table to change
-            // state, so this ends within a pass per table.
-            for _ in 0..=self.tables.len() {
-                if !self.pump(now) {
-                    break;
-                }
-            }
+            self.pump_to_fixed_point(now);
             self.settle();
             if !self.outputs.is_empty() {
                 continue;

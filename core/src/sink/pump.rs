@@ -10,9 +10,8 @@ use crate::lane::Lane;
 use crate::time::Time;
 use crate::window::{Drain, Phase};
 
-use super::{SinkCore, TableState, TableStatus};
-use crate::config::WindowLimits;
-use crate::window::{Queued, SlotWindow};
+use super::{SinkCore, TableStatus};
+use crate::window::Queued;
 
 impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// Acts on every deadline at or before `now`. Spurious calls do nothing.
@@ -160,18 +159,66 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             && !self.slots[slot.index()].has_pending()
     }
 
-    /// One pass; returns whether a table went cold, so that another pass may give its streams
-    /// to a waiting table. The order makes one pass a fixed point otherwise: placing stops at
+    /// Passes until one changes nothing (invariant 13: after the drain's `Timeout`, a second
+    /// `poll_output` at the same instant finds nothing to do). A pass's later steps can make
+    /// work ready for its earlier ones: closing quiet streams frees stream capacity, with or
+    /// without the evicted table going cold (a slot of an evicting table that was backing off,
+    /// or whose opening call is cancelled, rests at once), which warming hands to a waiting
+    /// table; a drain that ends, a hand-back, a table going cold all change what warming and
+    /// assigning see; and a flush's deal picks a slot by estimates that placing changes. So a
+    /// pass that queued an output, moved stream capacity, ended a batch, gave a queued batch
+    /// to a slot or changed a table's state is followed by another. Each such pass moves a slot or a table
+    /// one step along its lifecycle within this instant, so a few suffice; the bound only
+    /// guards against a bug turning into a busy loop.
+    pub(super) fn pump_to_fixed_point(&mut self, now: Time) {
+        let bound = 2 * (self.tables.len() + 1);
+        let mut mark = self.pass_mark();
+        for _ in 0..bound {
+            self.pump(now);
+            let after = self.pass_mark();
+            if after == mark {
+                break;
+            }
+            mark = after;
+        }
+    }
+
+    /// What a pass may change that another pass could act on: outputs queued, streams held
+    /// under the cap, batches ended, batches still queued for a slot, and the number of
+    /// tables cold, warm and evicting.
+    fn pass_mark(&self) -> (usize, usize, u64, u64, [usize; 3]) {
+        let mut statuses = [0; 3];
+        let mut queued = 0;
+        for t in &self.tables {
+            queued += t.queued.batches;
+            match t.status {
+                TableStatus::Cold => statuses[0] += 1,
+                TableStatus::Warm => statuses[1] += 1,
+                TableStatus::Evicting => statuses[2] += 1,
+                TableStatus::Failed(_) => {}
+            }
+        }
+        (
+            self.outputs.len(),
+            self.open_streams(),
+            self.ended,
+            queued,
+            statuses,
+        )
+    }
+
+    /// One pass. Its order makes the steps it can a fixed point in one pass: placing stops at
     /// a batch of another schema, so schemas switch after placing, and a stream that starts
-    /// draining with everything acked half-closes in the same pass.
-    pub(super) fn pump(&mut self, now: Time) -> bool {
+    /// draining with everything acked half-closes in the same pass. What a later step frees
+    /// for an earlier one, the next pass hands out ([`Self::pump_to_fixed_point`]).
+    fn pump(&mut self, now: Time) {
         self.ask_reconciles(now);
         self.warm_tables(now);
         self.assign_queued(now);
         self.place(now);
         self.switch_schemas(now);
         self.advance_drains(now);
-        self.close_quiet_streams(now)
+        self.close_quiet_streams(now);
     }
 
     /// Drains whose acks are all in end early.
@@ -207,13 +254,20 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     fn warm_tables(&mut self, now: Time) {
         let mut line: Vec<usize> = Vec::new();
         for index in 0..self.tables.len() {
-            if self.tables[index].status == TableStatus::Cold && self.wants_streams(index) {
-                if self.tables[index].waiting_since.is_none() {
-                    self.tables[index].waiting_since = Some(self.next_in_line);
-                    self.next_in_line += 1;
-                }
-                line.push(index);
+            if self.tables[index].status != TableStatus::Cold {
+                continue;
             }
+            if !self.wants_streams(index) {
+                // It left the line (its batches were handed back, or its schema refused): it
+                // keeps no place ahead of the tables that waited while it did not.
+                self.tables[index].waiting_since = None;
+                continue;
+            }
+            if self.tables[index].waiting_since.is_none() {
+                self.tables[index].waiting_since = Some(self.next_in_line);
+                self.next_in_line += 1;
+            }
+            line.push(index);
         }
         line.sort_by_key(|&i| (self.tables[i].waiting_since, i));
         for index in line {
@@ -350,7 +404,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         if t.status != TableStatus::Warm || !t.queue.is_empty() || !t.deal.is_empty() {
             return Err(queued);
         }
-        let Some(k) = room_in(t, &self.slots, &limits, queued.rows, queued.bytes) else {
+        let Some(k) = super::deal::room_in(t, &self.slots, &limits, queued.rows, queued.bytes)
+        else {
             return Err(queued);
         };
         t.cursor = next_cursor(k, usize::from(t.pool.slots));
@@ -407,8 +462,8 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
 
     /// Closes streams with nothing left to do: when the table is being evicted (nothing on the
     /// wire), or at shutdown (nothing pending for the table). An evicted table goes cold once
-    /// every slot rests; returns whether one did.
-    fn close_quiet_streams(&mut self, now: Time) -> bool {
+    /// every slot rests.
+    fn close_quiet_streams(&mut self, now: Time) {
         for index in 0..self.slots.len() {
             let window = &self.slots[index];
             let (slot, table) = (window.id(), window.table());
@@ -425,17 +480,14 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 _ => {}
             }
         }
-        let mut cooled = false;
         for index in 0..self.tables.len() {
             let t = &self.tables[index];
             if t.status == TableStatus::Evicting
                 && self.slots[t.slots()].iter().all(|s| s.phase == Phase::Idle)
             {
                 self.tables[index].status = TableStatus::Cold;
-                cooled = true;
             }
         }
-        cooled
     }
 
     /// The next time something is due: a slot's timer, the close deadline while work is left,
@@ -463,37 +515,6 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             .filter_map(|t| t.schemas.ask_again_at(self.config.reconcile_timeout));
         slots.chain(close).chain(turn).chain(reconcile).min()
     }
-}
-
-/// The table's next slot, round-robin from its cursor, that is READY and has room for a batch
-/// of `rows`/`bytes`, as its index within the table's pool.
-#[inline]
-pub(super) fn room_in<L: Lane, B: Batch>(
-    t: &TableState<L, B>,
-    slots: &[SlotWindow<L, B>],
-    limits: &WindowLimits,
-    rows: u64,
-    bytes: u64,
-) -> Option<usize> {
-    let n = usize::from(t.pool.slots);
-    // Round-robin from the cursor without a division per step (it is on every batch's path).
-    let start = t.cursor.min(n);
-    (start..n).chain(0..start).find(|&k| {
-        slots
-            .get(t.first_slot + k)
-            .is_some_and(|w| has_room(w, limits, rows, bytes))
-    })
-}
-
-/// Whether `w` is READY and has room for a batch of `rows`/`bytes`.
-#[inline]
-pub(super) fn has_room<L: Lane, B: Batch>(
-    w: &SlotWindow<L, B>,
-    limits: &WindowLimits,
-    rows: u64,
-    bytes: u64,
-) -> bool {
-    w.is_ready() && w.usage().exceeded(limits, 1, rows, bytes).is_none()
 }
 
 /// The round-robin position after slot `k` of `n`: `(k + 1) % n` without the division.

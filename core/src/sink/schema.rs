@@ -114,8 +114,15 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// The driver's answer to an [`Output::Reconcile`]: `Ok` once the table takes batches of
     /// `schema` (created or evolved, and the sink registered as a writer); `Err` with the
     /// catalog's words (every refusal, each naming its column) when it refused. A refusal
-    /// hands back the table's queued batches of that schema; they are never sent. An answer
-    /// for a schema the core did not ask about is ignored.
+    /// hands back the table's queued batches of that schema; they are never sent.
+    ///
+    /// Only an answer to the question outstanding (the last [`Output::Reconcile`] for the
+    /// table, not yet answered) is applied ([`Handled::Applied`]). Every other answer changes
+    /// nothing and says why: one for a schema the table has seen but not yet been asked about
+    /// is ahead of its question ([`Ignored::NotAsked`]); one for a schema already answered is
+    /// a duplicate or late ([`Ignored::AlreadyAnswered`]), so that it can never stand for a
+    /// newer question; one for a schema never seen (or a table the sink does not have, or one
+    /// taken as it is) is [`Ignored::UnknownSchema`].
     pub fn reconciled(
         &mut self,
         now: Time,
@@ -123,18 +130,24 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         schema: SchemaId,
         outcome: Result<(), String>,
     ) -> Handled {
-        self.sched.owe_full_pass();
         let Some(t) = self.tables.get_mut(table.index()) else {
-            return Handled::Ignored(Ignored::Stale);
+            return Handled::Ignored(Ignored::UnknownSchema);
         };
         let s = &mut t.schemas;
-        let Some(at) = s.wanted.iter().position(|w| *w == schema) else {
-            return Handled::Ignored(Ignored::NotAsked);
-        };
-        s.wanted.remove(at);
-        if s.asked.is_some_and(|(a, _)| a == schema) {
-            s.asked = None;
+        if s.asked.is_none_or(|(asked, _)| asked != schema) {
+            let answered = s.is_ok(schema) || s.refused.iter().any(|(r, _)| *r == schema);
+            let why = if answered {
+                Ignored::AlreadyAnswered
+            } else if s.wanted.contains(&schema) {
+                Ignored::NotAsked
+            } else {
+                Ignored::UnknownSchema
+            };
+            return Handled::Ignored(why);
         }
+        s.asked = None;
+        s.wanted.retain(|w| *w != schema);
+        self.sched.owe_full_pass();
         t.last_used = t.last_used.max(now);
         match outcome {
             Ok(()) => {

@@ -18,6 +18,7 @@
 //! | 9 | nothing confirmed after it ended; durable rows never resent |
 //! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending |
 //! | 12 | provisioned before sent: a stream of a table provisioned through a catalog is opened only for a schema the driver reported reconciled, and every batch sent on a stream has the schema the stream was opened with (read from the batch itself); a refusal for a refused schema only |
+//! | 13 | a drain reaches a fixed point: once `poll_output` has answered `Timeout(at)`, a second call at the same `now` answers `Timeout(at)` again and changes nothing the sink shows (its count of full passes, a cost, aside); and no table waits, beyond that instant, with work, no streams and room under the cap for its pool and the pools of the tables in line before it ([`Oracle::longest_wait_with_room`]) |
 //!
 //! Each check can be switched on alone ([`Checks`]), so that a property or a test that breaks
 //! one thing on purpose sees that check, and not another, fire.
@@ -30,8 +31,8 @@ use std::fmt;
 use std::time::Duration;
 
 use zerobus_sink::{
-    Batch, ConnId, Failed, LogicalOffset, Output, Raw, RejectReason, SinkConfig, SinkCore, SlotId,
-    TableId, Time, Transmit, Watermarks,
+    Batch, ConnId, Failed, InFlight, LogicalOffset, Metrics, Output, Raw, RejectReason, SinkConfig,
+    SinkCore, SlotId, TableId, Time, Transmit, Watermarks,
 };
 
 use crate::batch::SimBatch;
@@ -153,6 +154,52 @@ pub struct Oracle {
     schemas_ok: BTreeSet<(TableId, u32)>,
     schemas_refused: BTreeSet<(TableId, u32)>,
     conn_schema: BTreeMap<ConnId<Raw>, u32>,
+    /// Invariant 13: the answer of the last `Timeout` the driver saw, while nothing else came
+    /// after it; each table's pool; since when each table has waited for streams with room
+    /// for it under the cap; the longest such wait.
+    last_timeout: Option<Option<Time>>,
+    pools: BTreeMap<TableId, u64>,
+    room_since: BTreeMap<TableId, Time>,
+    longest_wait_with_room: Duration,
+}
+
+/// What a sink shows through its getters, to tell whether a call changed it (invariant 13).
+#[derive(Debug, PartialEq)]
+struct Observed {
+    slots: Vec<(Option<Watermarks>, Option<InFlight>)>,
+    tables: Vec<(Option<Watermarks>, Option<InFlight>, bool, usize)>,
+    open: usize,
+    closed: bool,
+    metrics: Metrics,
+}
+
+impl Observed {
+    fn of(sink: &SinkCore<Raw, SimBatch>) -> Observed {
+        Observed {
+            slots: sink
+                .slot_ids()
+                .map(|s| (sink.slot_watermarks(s), sink.in_flight(s)))
+                .collect(),
+            tables: sink
+                .table_ids()
+                .map(|t| {
+                    (
+                        sink.table_watermarks(t),
+                        sink.queued(t),
+                        sink.table_failed(t),
+                        sink.table_streams(t),
+                    )
+                })
+                .collect(),
+            open: sink.open_streams(),
+            closed: sink.is_closed(),
+            // The count of full passes is a cost, not state: a second call may make one.
+            metrics: Metrics {
+                full_passes: 0,
+                ..sink.metrics().clone()
+            },
+        }
+    }
 }
 
 impl Oracle {
@@ -188,6 +235,10 @@ impl Oracle {
             schemas_ok: BTreeSet::new(),
             schemas_refused: BTreeSet::new(),
             conn_schema: BTreeMap::new(),
+            last_timeout: None,
+            pools: BTreeMap::new(),
+            room_since: BTreeMap::new(),
+            longest_wait_with_room: Duration::ZERO,
         }
     }
 
@@ -207,6 +258,15 @@ impl Oracle {
         }
     }
 
+    /// The longest time a table waited for streams (no streams, work to carry, its schema
+    /// reconciled if it is provisioned) while the cap had room for its pool and for the pools
+    /// of every table ahead of it in line, measured from the end of one drain to the
+    /// end of a later one (invariant 13). 0 when each drain hands freed streams out at once.
+    #[must_use]
+    pub fn longest_wait_with_room(&self) -> Duration {
+        self.longest_wait_with_room
+    }
+
     /// How batches have ended so far.
     #[must_use]
     pub fn tally(&self) -> Tally {
@@ -222,6 +282,7 @@ impl Oracle {
     /// `table` has `slots` slots (the bound of its queue, and its share of the sink's).
     pub fn register_table(&mut self, table: TableId, slots: u64) {
         self.books.register(table, slots);
+        self.pools.insert(table, slots);
     }
 
     /// The time of the outputs that follow.
@@ -367,6 +428,10 @@ impl Oracle {
     /// Checks one output and, for confirmations, consumes it; returns the ids of the batches it
     /// ended (confirmed or handed back).
     pub fn output(&mut self, output: Output<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
+        self.last_timeout = match output {
+            Output::Timeout(at) => Some(at),
+            _ => None,
+        };
         match output {
             Output::Open {
                 table,
@@ -646,8 +711,14 @@ impl Oracle {
         Ok(ids)
     }
 
-    /// Checks the sink's state after a full drain.
-    pub fn check(&mut self, sink: &SinkCore<Raw, SimBatch>) -> Result<(), Violation> {
+    /// Checks the sink's state after a full drain. With invariant 13 checked, it calls
+    /// `poll_output` once more at the same instant, which must answer the drain's `Timeout`
+    /// again and change nothing (so it takes the sink mutably).
+    pub fn check(&mut self, sink: &mut SinkCore<Raw, SimBatch>) -> Result<(), Violation> {
+        if self.checks.has(13) {
+            self.check_fixed_point(sink)?;
+            self.measure_waits(sink);
+        }
         let m = sink.watermarks();
         let before = self.marks;
         self.ensure(
@@ -689,6 +760,79 @@ impl Oracle {
             self.liveness.check(self.now, self.pending())?;
         }
         Ok(())
+    }
+
+    /// Invariant 13: after the drain's `Timeout(at)`, a second `poll_output` at the same
+    /// instant answers `Timeout(at)` and changes nothing the sink shows.
+    fn check_fixed_point(&mut self, sink: &mut SinkCore<Raw, SimBatch>) -> Result<(), Violation> {
+        let Some(first) = self.last_timeout else {
+            return Ok(()); // the driver did not drain to a Timeout: nothing to compare with
+        };
+        let before = Observed::of(sink);
+        let now = self.now;
+        match sink.poll_output(now) {
+            Output::Timeout(at) if at == first => {}
+            other => {
+                return self.fail(
+                    13,
+                    format!(
+                        "after Timeout({first:?}) at {now}, a second poll_output at the same \
+                         instant returned {other:?}: work was ready when the drain ended"
+                    ),
+                );
+            }
+        }
+        let after = Observed::of(sink);
+        self.ensure(13, before == after, || {
+            format!(
+                "a second poll_output at {now} after Timeout({first:?}) changed the sink:\n\
+                 before {before:?}\nafter  {after:?}"
+            )
+        })
+    }
+
+    /// Invariant 13's statistic: how long tables wait for streams with room for them. The
+    /// order of the line is the core's (first come, first served, by
+    /// [`SinkCore::table_place_in_line`]); whether the cap has room, whether a table has work
+    /// and holds no stream, are the oracle's own reading of the sink.
+    fn measure_waits(&mut self, sink: &SinkCore<Raw, SimBatch>) {
+        let now = self.now;
+        let mut line: Vec<(u64, TableId)> = sink
+            .table_ids()
+            .filter_map(|t| Some((sink.table_place_in_line(t)?, t)))
+            .collect();
+        line.sort_unstable();
+        let cap = u64::from(self.config.max_open_streams);
+        let free = cap.saturating_sub(sink.open_streams() as u64);
+        let mut need = 0;
+        let mut with_room = BTreeSet::new();
+        for (_, table) in line {
+            need += self.pools.get(&table).copied().unwrap_or(1);
+            let held: u64 = sink
+                .table_slots(table)
+                .filter_map(|s| sink.in_flight(s))
+                .map(|f| f.batches)
+                .sum();
+            let work = sink.queued(table).map_or(0, |q| q.batches) + held > 0;
+            let schema = !self.provisioned.contains(&table)
+                || self
+                    .schemas_ok
+                    .range((table, 0)..=(table, u32::MAX))
+                    .next()
+                    .is_some();
+            let cold = sink.table_streams(table) == 0 && !sink.table_failed(table);
+            if need <= free && work && schema && cold {
+                with_room.insert(table);
+            }
+        }
+        // A wait ends (or goes on) now: count it up to now either way.
+        for &since in self.room_since.values() {
+            self.longest_wait_with_room = self.longest_wait_with_room.max(now - since);
+        }
+        self.room_since.retain(|t, _| with_room.contains(t));
+        for table in with_room {
+            self.room_since.entry(table).or_insert(now);
+        }
     }
 
     /// Checks that every admitted batch has ended, once the sink is closed.

@@ -104,6 +104,10 @@ pub struct SimReport {
     pub metrics: Metrics,
     /// The faults the service model injected.
     pub faults: FaultCounts,
+    /// The longest a table waited for streams with room for it under the cap
+    /// ([`Oracle::longest_wait_with_room`]; invariant 13): 0 when every drain hands freed
+    /// streams out at once.
+    pub longest_wait_with_room: Duration,
 }
 
 impl SimReport {
@@ -277,6 +281,7 @@ pub fn simulate(profile: &str, config: &SimConfig) -> Result<SimReport, SimFailu
         rows_delivered: sim.sink.watermarks().rows_delivered,
         metrics: sim.sink.metrics().clone(),
         faults: sim.injected,
+        longest_wait_with_room: sim.oracle.longest_wait_with_room(),
     })
 }
 
@@ -700,7 +705,7 @@ impl Sim<'_> {
             let ended = self.oracle.output(out)?;
             if timeout {
                 self.stop_faults_when_due();
-                return self.oracle.check(&self.sink);
+                return self.oracle.check(&mut self.sink);
             }
             if !ended.is_empty() {
                 self.unblock(&ended)?;
