@@ -51,10 +51,9 @@ fn located(key: &str, e: &toml::de::Error, text: &str) -> ConfigFileError {
     let line = e
         .span()
         .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-    let message = message.to_owned();
     let reason = match line {
         Some(line) => format!("{message} (line {line})"),
-        None => message,
+        None => message.to_owned(),
     };
     ConfigFileError::invalid(key, reason)
 }
