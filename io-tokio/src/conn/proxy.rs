@@ -102,6 +102,7 @@ impl fmt::Debug for Proxy {
 
 impl ProxyConfig {
     /// Whether an explicit proxy URL can be used (the environment's is checked at start).
+    #[cfg(feature = "config")]
     pub(crate) fn check(&self) -> Result<(), ProxyError> {
         match self {
             ProxyConfig::Url { url, .. } => parse(url).map(|_| ()),

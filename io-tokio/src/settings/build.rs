@@ -425,10 +425,14 @@ pub(super) fn catalog(
         #[cfg(feature = "local")]
         CatalogSection::Local { root, .. } => AnyCatalog::Local(LocalDelta::new(root)),
         #[cfg(not(feature = "local"))]
-        CatalogSection::Local { .. } => {
+        CatalogSection::Local { root, .. } => {
             return Err(ConfigFileError::invalid(
                 "catalog.backend",
-                "the local backend is built with zerobus-sink-tokio's `local` feature, which is off",
+                format!(
+                    "the local backend (tables under `{}`) is built with zerobus-sink-tokio's \
+                     `local` feature, which is off",
+                    root.display()
+                ),
             ));
         }
         CatalogSection::Unity {
