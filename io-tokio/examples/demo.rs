@@ -401,8 +401,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         location.display(),
         contents.version
     );
+    // pyarrow imported first: with deltalake 1.6.6 and pyarrow 26, deltalake alone prints the
+    // count and then aborts at exit.
     println!(
-        "  open it          python3 -c \"import deltalake; print(deltalake.DeltaTable('{}').to_pyarrow_table().num_rows)\"",
+        "  open it          python3 -c \"import pyarrow, deltalake; print(deltalake.DeltaTable('{}').to_pyarrow_table().num_rows)\"",
         location.display()
     );
     let ok = report.rows == rows as u64

@@ -167,9 +167,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     /// table; a drain that ends, a hand-back, a table going cold all change what warming and
     /// assigning see; and a flush's deal picks a slot by estimates that placing changes. So a
     /// pass that queued an output, moved stream capacity, ended a batch, gave a queued batch
-    /// to a slot or changed a table's state is followed by another. Each such pass moves a slot or a table
-    /// one step along its lifecycle within this instant, so a few suffice; the bound only
-    /// guards against a bug turning into a busy loop.
+    /// to a slot or changed a table's state is followed by another. Each such pass moves a
+    /// slot or a table one step along its lifecycle within this instant, so a few suffice;
+    /// the bound only guards against a bug turning into a busy loop.
     pub(super) fn pump_to_fixed_point(&mut self, now: Time) {
         let bound = 2 * (self.tables.len() + 1);
         let mut mark = self.pass_mark();
