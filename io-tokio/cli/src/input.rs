@@ -24,7 +24,8 @@ pub enum Batches {
     Parquet(ParquetRecordBatchReader),
     File(FileReader<BufReader<File>>),
     Stream(StreamReader<BufReader<File>>),
-    Csv(arrow_csv::Reader<BufReader<File>>),
+    // Boxed: a CSV reader is three times the size of the others, one per input file.
+    Csv(Box<arrow_csv::Reader<BufReader<File>>>),
     Json(arrow_json::Reader<BufReader<File>>),
 }
 
@@ -155,7 +156,7 @@ pub fn open(path: &Path, batch_rows: usize, declared: Option<SchemaRef>) -> Resu
             Ok(Input {
                 schema,
                 rows: None,
-                batches: Batches::Csv(reader),
+                batches: Batches::Csv(Box::new(reader)),
             })
         }
         Format::Json => {
