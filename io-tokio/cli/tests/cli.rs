@@ -15,6 +15,7 @@ use common::{Recorder, orders, schema};
 use zerobus_sink::{Raw, Token};
 use zerobus_sink_catalog::TableRef;
 use zerobus_sink_catalog::local::LocalDelta;
+use zerobus_sink_testkit::emulator::Emulator;
 use zerobus_sink_tokio::{Sink, TableDef, ZerobusSink, ops};
 
 const TABLE: &str = "main.bronze.orders";
@@ -93,6 +94,18 @@ fn write_config(dir: &Path, endpoint: &str, root: &Path, columns: bool) -> PathB
     )
     .unwrap();
     path
+}
+
+/// Once materialized, the table holds `rows` distinct order ids, each once.
+async fn landed_once(emu: &Emulator, root: &Path, rows: usize) {
+    emu.until_materialized(TABLE).await;
+    let (batches, _) = LocalDelta::new(root)
+        .read_table(&TableRef::parse(TABLE).unwrap())
+        .await
+        .unwrap();
+    let ids = common::ids(&batches);
+    assert_eq!(ids.len(), rows);
+    assert!(ids.values().all(|n| *n == 1), "each row once");
 }
 
 fn arrow_file(path: &Path, batches: &[RecordBatch]) {
@@ -217,14 +230,7 @@ async fn ingest_loads_ipc_and_parquet_files_into_the_table() {
         )),
         "{stdout}"
     );
-    emu.until_materialized(TABLE).await;
-    let (batches, _) = LocalDelta::new(&root)
-        .read_table(&TableRef::parse(TABLE).unwrap())
-        .await
-        .unwrap();
-    let ids = common::ids(&batches);
-    assert_eq!(ids.len(), 1200);
-    assert!(ids.values().all(|n| *n == 1), "each row once");
+    landed_once(&emu, &root, 1200).await;
     // The Parquet file went in 256-row batches: 3 of them, after the IPC file's 2.
     assert_eq!(emu.stats().messages, 5, "{:?}", emu.stats());
 
@@ -285,14 +291,7 @@ async fn ingest_reads_csv_and_json_lines_with_the_declared_columns_and_refuses_o
         )),
         "{stdout}"
     );
-    emu.until_materialized(TABLE).await;
-    let (batches, _) = LocalDelta::new(&root)
-        .read_table(&TableRef::parse(TABLE).unwrap())
-        .await
-        .unwrap();
-    let ids = common::ids(&batches);
-    assert_eq!(ids.len(), 270);
-    assert!(ids.values().all(|n| *n == 1), "each row once");
+    landed_once(&emu, &root, 270).await;
 
     // Neither Parquet, Arrow, CSV nor JSON: refused before anything is sent, the formats named.
     let other = dir.path().join("c.txt");
