@@ -1,14 +1,19 @@
 //! `zerobus-sinkctl ingest`: files into one table, with a progress bar of durable rows.
 
+use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use indicatif::{ProgressBar, ProgressStyle};
+use tokio::net::TcpListener;
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
 use zerobus_sink_tokio::settings::SinkFile;
-use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, ZerobusSink};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, ZerobusSink, ops};
 
 use crate::input;
 
@@ -63,7 +68,16 @@ impl Confirmer<Raw> for Loader {
     }
 }
 
-pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usize) -> ExitCode {
+/// How often a progress line is printed when stderr is not a terminal (no bar to move).
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+pub async fn run(
+    config: &Path,
+    table: &str,
+    files: &[PathBuf],
+    batch_rows: usize,
+    metrics_addr: Option<SocketAddr>,
+) -> ExitCode {
     let file = match SinkFile::load(config).and_then(|f| f.only(table)) {
         Ok(f) => f,
         Err(e) => {
@@ -102,6 +116,22 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
         bar: bar.clone(),
         outcome: Arc::default(),
     };
+    // The operator endpoint: bound, and the recorder installed, before the sink starts (its
+    // metrics' handles are registered then).
+    let endpoint = match metrics_addr {
+        None => None,
+        Some(addr) => match (TcpListener::bind(addr).await, ops::install_prometheus()) {
+            (Ok(listener), Ok(prometheus)) => Some((listener, prometheus)),
+            (Err(e), _) => {
+                eprintln!("--metrics-addr {addr}: {e}");
+                return ExitCode::from(2);
+            }
+            (_, Err(e)) => {
+                eprintln!("--metrics-addr {addr}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut sink = match ZerobusSink::<Raw>::from_file(
         &file,
         |_| Some(schema.clone()),
@@ -119,6 +149,26 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
         eprintln!("refused: the sink has no table {table}");
         return ExitCode::FAILURE;
     };
+    if let Some((listener, prometheus)) = endpoint {
+        if let Ok(addr) = listener.local_addr() {
+            eprintln!("operator endpoint: http://{addr}/metrics, http://{addr}/health");
+        }
+        tokio::spawn(ops::serve(listener, sink.observer(), prometheus));
+    }
+    let read = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let terminal = std::io::stderr().is_terminal();
+    let progress = (!terminal).then(|| {
+        let (read, loader) = (read.clone(), loader.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PROGRESS_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                eprintln!("{}", progress_line(&read, &loader, started));
+            }
+        })
+    });
     let mut last: i64 = -1;
     let mut stopped = None;
     'files: for (path, input) in inputs {
@@ -135,6 +185,7 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
                 continue;
             }
             last += batch.num_rows() as i64;
+            read.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
             match sink.send(id, batch, Token::raw(TOPIC, 0, last)).await {
                 Ok(_receipt) => {}
                 Err(e) => {
@@ -147,6 +198,10 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
     let _ = sink.flush().await;
     let report = sink.close(file.drain()).await;
     bar.finish_and_clear();
+    if let Some(progress) = progress {
+        progress.abort();
+        eprintln!("{}", progress_line(&read, &loader, started));
+    }
     let o = loader.outcome();
     println!(
         "{}: {} rows durable, {} not durable, {} refused; {report}",
@@ -163,4 +218,15 @@ pub async fn run(config: &Path, table: &str, files: &[PathBuf], batch_rows: usiz
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `progress: N rows read, M durable (R rows/s)`, for a log without a terminal.
+fn progress_line(read: &AtomicU64, loader: &Loader, started: Instant) -> String {
+    let durable = loader.outcome().durable_rows;
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    format!(
+        "progress: {} rows read, {durable} durable ({:.0} rows/s)",
+        read.load(Ordering::Relaxed),
+        durable as f64 / secs
+    )
 }

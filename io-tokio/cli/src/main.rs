@@ -50,8 +50,9 @@ enum Command {
         #[arg(long = "schema", value_name = "TABLE=FILE")]
         schemas: Vec<String>,
     },
-    /// Send Arrow IPC (file or stream) or Parquet files into one table, with a progress bar of
-    /// durable rows; prints the summary at the end.
+    /// Send Parquet, Arrow IPC (file or stream), CSV or newline-delimited JSON files into one
+    /// table, with a progress bar of durable rows (a progress line every 5 s without a
+    /// terminal); prints the summary at the end.
     Ingest {
         /// The sink's TOML file.
         config: PathBuf,
@@ -61,9 +62,13 @@ enum Command {
         /// The files, sent in order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
-        /// Rows per batch read from Parquet (IPC files keep their batches).
+        /// Rows per batch read from Parquet, CSV and JSON (IPC files keep their batches).
         #[arg(long, default_value_t = 65_536)]
         batch_rows: usize,
+        /// Serve /metrics (Prometheus text) and /health at this address while loading, as a
+        /// sink's operator endpoint does (`status` reads it).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Print a running sink's health tree (from its operator endpoint's /health).
     Status {
@@ -108,7 +113,8 @@ fn main() -> ExitCode {
                 table,
                 files,
                 batch_rows,
-            } => ingest::run(&config, &table, &files, batch_rows).await,
+                metrics_addr,
+            } => ingest::run(&config, &table, &files, batch_rows, metrics_addr).await,
             Command::Status { url, json } => status::run(&url, json).await,
         }
     })

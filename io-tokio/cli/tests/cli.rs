@@ -252,7 +252,7 @@ async fn ingest_loads_ipc_and_parquet_files_into_the_table() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ingest_reads_csv_and_json_lines_with_the_declared_columns_and_refuses_other_formats() {
+async fn ingest_reads_csv_and_json_lines_serves_metrics_and_refuses_other_formats() {
     let dir = tempfile::tempdir().unwrap();
     let (emu, root) = common::with_tables(&dir, |c| c).await;
     let config = write_config(dir.path(), &emu.url(), &root, true);
@@ -276,6 +276,8 @@ async fn ingest_reads_csv_and_json_lines_with_the_declared_columns_and_refuses_o
             config.display().to_string(),
             "--table".into(),
             TABLE.into(),
+            "--metrics-addr".into(),
+            "127.0.0.1:0".into(),
         ];
         args.extend(files.iter().map(|f| f.display().to_string()));
         run_logged(args, None, Some("zerobus_sink_tokio=info"))
@@ -285,6 +287,16 @@ async fn ingest_reads_csv_and_json_lines_with_the_declared_columns_and_refuses_o
     assert!(out.status.success(), "{stdout}\n{stderr}");
     // RUST_LOG is honoured: the sink's INFO line for the table it created.
     assert!(stderr.contains("table reconciled"), "{stderr}");
+    // The operator endpoint was served; without a terminal, progress comes as lines, the
+    // last one at the end.
+    assert!(
+        stderr.contains("operator endpoint: http://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("progress: 270 rows read, 270 durable"),
+        "{stderr}"
+    );
     assert!(
         stdout.contains(&format!(
             "{TABLE}: 270 rows durable, 0 not durable, 0 refused"
