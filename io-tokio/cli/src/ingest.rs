@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::net::TcpListener;
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
@@ -97,7 +98,26 @@ pub async fn run(
             }
         }
     }
-    let Some(schema) = inputs.first().map(|(_, i)| i.schema.clone()) else {
+    // The columns the file declares are the table's: an input that does not have them is
+    // refused before anything is sent, naming both.
+    if let Some(declared) = &declared {
+        for (path, input) in &inputs {
+            if !same_columns(declared, &input.schema) {
+                eprintln!(
+                    "{}: its columns ({}) are not those {} declares for {table} ({})",
+                    path.display(),
+                    columns(&input.schema),
+                    config.display(),
+                    columns(declared)
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(schema) = declared
+        .clone()
+        .or_else(|| inputs.first().map(|(_, i)| i.schema.clone()))
+    else {
         eprintln!("no input files");
         return ExitCode::from(2);
     };
@@ -229,4 +249,24 @@ fn progress_line(read: &AtomicU64, loader: &Loader, started: Instant) -> String 
         read.load(Ordering::Relaxed),
         durable as f64 / secs
     )
+}
+
+/// Whether two schemas have the same columns by name and type, in any order (nullability is
+/// the write boundary's to check, row by row).
+fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().all(|f| {
+            b.field_with_name(f.name())
+                .is_ok_and(|g| g.data_type() == f.data_type())
+        })
+}
+
+/// `name type, ...`, for a refusal.
+fn columns(schema: &SchemaRef) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -305,6 +305,24 @@ async fn ingest_reads_csv_and_json_lines_serves_metrics_and_refuses_other_format
     );
     landed_once(&emu, &root, 270).await;
 
+    // A Parquet file whose columns are not those the file declares: refused before anything
+    // is sent, naming both.
+    let narrow = dir.path().join("d.parquet");
+    let ids: arrow_array::ArrayRef = std::sync::Arc::new(arrow_array::Int64Array::from(vec![1, 2]));
+    let batch = RecordBatch::try_from_iter([("order_id", ids)]).unwrap();
+    let file = std::fs::File::create(&narrow).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let out = ingest(vec![&narrow]).await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("d.parquet: its columns (order_id Int64) are not those")
+            && stderr.contains("(order_id Int64, customer Utf8, amount Float64)"),
+        "{stderr}"
+    );
+
     // Neither Parquet, Arrow, CSV nor JSON: refused before anything is sent, the formats named.
     let other = dir.path().join("c.txt");
     std::fs::write(&other, "order_id customer amount\n1 a 2.0\n").unwrap();
