@@ -1,5 +1,6 @@
 //! `zerobus-sinkctl ingest`: files into one table, with a progress bar of durable rows.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,12 +15,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::net::TcpListener;
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
 use zerobus_sink_tokio::settings::SinkFile;
-use zerobus_sink_tokio::{Confirmer, IsolatedRows, Sink, ZerobusSink, ops};
+use zerobus_sink_tokio::{Confirmer, IsolatedRows, RowFault, Sink, ZerobusSink, ops};
 
 use crate::input;
 
-/// The position every ingested batch is stamped with: this topic, partition 0, the offset of
-/// its last row across the whole load.
+/// The position every ingested batch is stamped with: this topic, the input file's index as the
+/// partition, and the offset of the batch's last row in its file (from 0).
 const TOPIC: &str = "zerobus-sink-ingest";
 
 #[derive(Debug, Default)]
@@ -28,6 +29,12 @@ struct Outcome {
     failed_rows: u64,
     isolated_rows: u64,
     reasons: Vec<String>,
+    /// The input files, by partition.
+    files: Vec<String>,
+    /// Rows of each batch sent, by its position (partition, offset of its last row).
+    sent: HashMap<(u32, i64), u64>,
+    /// One JSON line per refused row: its file, its row in the file, its faults, its values.
+    rejects: Vec<String>,
 }
 
 /// Counts what became durable (and moves the bar), and what did not (with why).
@@ -63,8 +70,40 @@ impl Confirmer<Raw> for Loader {
     fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {
         let mut o = self.outcome();
         o.isolated_rows += rows.batch.num_rows() as u64;
-        for fault in rows.faults {
-            o.reasons.push(format!("{table}: row refused: {fault}"));
+        let p = &rows.position;
+        let file = o
+            .files
+            .get(p.partition as usize)
+            .cloned()
+            .unwrap_or_default();
+        let sent = o.sent.get(&(p.partition, p.offset)).copied().unwrap_or(0);
+        // The batch's first row in its file, from 0; a fault's row is its index in the batch.
+        let first = (p.offset + 1).saturating_sub(sent as i64).max(0) as usize;
+        let mut refused: Vec<usize> = rows.faults.iter().map(|f| f.row).collect();
+        refused.sort_unstable();
+        refused.dedup();
+        let values = json_rows(&rows.batch);
+        for (k, row) in refused.iter().enumerate() {
+            let faults: Vec<RowFault> = rows
+                .faults
+                .iter()
+                .filter(|f| f.row == *row)
+                .map(|f| RowFault {
+                    row: first + f.row,
+                    ..f.clone()
+                })
+                .collect();
+            for fault in &faults {
+                o.reasons
+                    .push(format!("{table}: {file}: {fault} (refused)"));
+            }
+            let line = serde_json::json!({
+                "file": file,
+                "row": first + row,
+                "faults": faults.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "values": values.get(k).cloned().unwrap_or(serde_json::Value::Null),
+            });
+            o.rejects.push(line.to_string());
         }
     }
 }
@@ -78,6 +117,7 @@ pub async fn run(
     files: &[PathBuf],
     batch_rows: usize,
     metrics_addr: Option<SocketAddr>,
+    rejects: &Path,
 ) -> ExitCode {
     let file = match SinkFile::load(config).and_then(|f| f.only(table)) {
         Ok(f) => f,
@@ -189,9 +229,14 @@ pub async fn run(
             }
         })
     });
-    let mut last: i64 = -1;
+    loader.outcome().files = inputs
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
     let mut stopped = None;
-    'files: for (path, input) in inputs {
+    'files: for (partition, (path, input)) in inputs.into_iter().enumerate() {
+        let partition = partition as u32;
+        let mut last: i64 = -1;
         bar.set_message(path.display().to_string());
         for batch in input.batches {
             let batch = match batch {
@@ -204,9 +249,14 @@ pub async fn run(
             if batch.num_rows() == 0 {
                 continue;
             }
-            last += batch.num_rows() as i64;
-            read.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-            match sink.send(id, batch, Token::raw(TOPIC, 0, last)).await {
+            let rows = batch.num_rows() as u64;
+            last += rows as i64;
+            read.fetch_add(rows, Ordering::Relaxed);
+            loader.outcome().sent.insert((partition, last), rows);
+            match sink
+                .send(id, batch, Token::raw(TOPIC, partition, last))
+                .await
+            {
                 Ok(_receipt) => {}
                 Err(e) => {
                     stopped = Some(format!("{}: {e}", path.display()));
@@ -229,6 +279,18 @@ pub async fn run(
     );
     for reason in &o.reasons {
         eprintln!("{reason}");
+    }
+    if !o.rejects.is_empty() {
+        let mut text = o.rejects.join("\n");
+        text.push('\n');
+        match std::fs::write(rejects, text) {
+            Ok(()) => println!(
+                "{} refused rows written to {} (a JSON line each: file, row from 0, faults, values)",
+                o.rejects.len(),
+                rejects.display()
+            ),
+            Err(e) => eprintln!("{}: cannot write the refused rows: {e}", rejects.display()),
+        }
     }
     if let Some(why) = &stopped {
         eprintln!("stopped: {why}");
@@ -269,4 +331,17 @@ fn columns(schema: &SchemaRef) -> String {
         .map(|f| format!("{} {}", f.name(), f.data_type()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Each row of `batch` as a JSON object (arrow-json's line writer), for the reject file.
+fn json_rows(batch: &RecordBatch) -> Vec<serde_json::Value> {
+    let mut buf = Vec::new();
+    let mut writer = arrow_json::LineDelimitedWriter::new(&mut buf);
+    if writer.write(batch).and_then(|()| writer.finish()).is_err() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::Null))
+        .collect()
 }

@@ -6,7 +6,7 @@
 //! zerobus-sinkctl status [http://127.0.0.1:9464]
 //! ```
 //!
-//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`).
+//! Logs go to stderr, filtered by `RUST_LOG` (default: the sink's own warnings).
 //!
 //! Exit codes: 0 done (healthy), 1 refused or failed (unhealthy), 2 usage, unreadable input or
 //! an endpoint that does not answer.
@@ -69,6 +69,10 @@ enum Command {
         /// sink's operator endpoint does (`status` reads it).
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Where rows the table refuses (under `bad_rows = "isolate"`) are written, a JSON line
+        /// each with its file and its row in it.
+        #[arg(long, value_name = "FILE", default_value = "rejects.jsonl")]
+        rejects: PathBuf,
     },
     /// Print a running sink's health tree (from its operator endpoint's /health).
     Status {
@@ -83,10 +87,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The sink's logs on stderr, filtered by RUST_LOG (default: warnings, so an outage shows
-    // once per stream with its cause).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // The sink's logs on stderr, filtered by RUST_LOG (default: the sink's warnings, so an
+    // outage shows once per stream with its cause; its dependencies' only when asked).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "zerobus_sink=warn,zerobus_sink_tokio=warn,zerobus_sink_catalog=warn",
+        )
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -114,7 +121,8 @@ fn main() -> ExitCode {
                 files,
                 batch_rows,
                 metrics_addr,
-            } => ingest::run(&config, &table, &files, batch_rows, metrics_addr).await,
+                rejects,
+            } => ingest::run(&config, &table, &files, batch_rows, metrics_addr, &rejects).await,
             Command::Status { url, json } => status::run(&url, json).await,
         }
     })

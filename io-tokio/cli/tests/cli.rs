@@ -338,6 +338,88 @@ async fn ingest_reads_csv_and_json_lines_serves_metrics_and_refuses_other_format
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_numbers_refused_rows_within_their_file_and_writes_them_to_the_reject_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (emu, root) = common::with_tables(&dir, |c| c).await;
+    // Rows over 200 bytes are bad rows, isolated (the rest of their batch lands).
+    // A 300-character customer makes a row of 316 bytes.
+    let config = dir.path().join("sink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sink]\nendpoint = \"{}\"\nname = \"cli\"\nmax_row_bytes = 200\n[catalog]\n\
+             backend = \"local\"\nroot = \"{}\"\n[shutdown]\ndrain = \"10s\"\n[[table]]\n\
+             name = \"{TABLE}\"\nstreams = 1\nbad_rows = \"isolate\"\ncolumns = [\n  \
+             {{ name = \"order_id\", type = \"long\", nullable = false }},\n  \
+             {{ name = \"customer\", type = \"string\", nullable = false }},\n  \
+             {{ name = \"amount\", type = \"double\", nullable = false }},\n]\n",
+            emu.url(),
+            root.display()
+        ),
+    )
+    .unwrap();
+    let csv = |name: &str, ids: std::ops::Range<i64>, long: &[i64]| {
+        let path = dir.path().join(name);
+        let mut rows = String::from("order_id,customer,amount\n");
+        for i in ids {
+            let customer = if long.contains(&i) {
+                "x".repeat(300)
+            } else {
+                format!("c{i}")
+            };
+            rows.push_str(&format!("{i},{customer},1.5\n"));
+        }
+        std::fs::write(&path, rows).unwrap();
+        path
+    };
+    let a = csv("a.csv", 0..5, &[]);
+    // b.csv's rows 3 and 7 (from 0) are too large; in batches of 4, row 7 is the last batch's
+    // fourth row.
+    let b = csv("b.csv", 5..15, &[8, 12]);
+    let rejects = dir.path().join("rejects.jsonl");
+    let out = run(vec![
+        "ingest".into(),
+        config.display().to_string(),
+        "--table".into(),
+        TABLE.into(),
+        "--batch-rows".into(),
+        "4".into(),
+        "--rejects".into(),
+        rejects.display().to_string(),
+        a.display().to_string(),
+        b.display().to_string(),
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{TABLE}: 13 rows durable, 0 not durable, 2 refused"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 refused rows written to"), "{stdout}");
+    assert!(stderr.contains("b.csv: row 3: 316 bytes"), "{stderr}");
+    assert!(stderr.contains("b.csv: row 7: 316 bytes"), "{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&rejects)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, (row, id)) in lines.iter().zip([(3, 8), (7, 12)]) {
+        assert!(line["file"].as_str().unwrap().ends_with("b.csv"), "{line}");
+        assert_eq!(line["row"], row, "{line}");
+        assert_eq!(line["values"]["order_id"], id, "{line}");
+        assert!(
+            line["faults"][0].as_str().unwrap().contains("316 bytes"),
+            "{line}"
+        );
+    }
+    landed_once(&emu, &root, 13).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_prints_a_running_sinks_health_tree() {
     let prometheus = ops::install_prometheus().unwrap();
     let dir = tempfile::tempdir().unwrap();
