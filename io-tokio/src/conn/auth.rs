@@ -80,12 +80,14 @@ pub enum AuthError {
         reason: String,
     },
     /// The token endpoint refused the credentials (HTTP 4xx; not retryable).
-    #[error("token endpoint refused the credentials for table {table}: HTTP {status}")]
+    #[error("token endpoint refused the credentials for table {table}: HTTP {status}: {body}")]
     Refused {
         /// The table the token was for.
         table: String,
         /// The HTTP status.
         status: u16,
+        /// What the endpoint said (its first 512 characters, the client secret removed).
+        body: String,
     },
 }
 
@@ -269,16 +271,20 @@ impl TokenSource {
             .form(&form)
             .send()
             .await
-            // reqwest errors name the URL, never the credentials.
-            .map_err(|e| fetch(format!("request to {url} failed: {e}")))?;
+            // reqwest errors name the URL, never the credentials; their causes say why
+            // (connection refused, DNS, TLS), which the top error alone does not.
+            .map_err(|e| fetch(format!("request to {url} failed: {}", with_causes(&e))))?;
         let status = response.status();
-        if status.is_server_error() {
-            return Err(fetch(format!("HTTP {status} from {url}")));
-        }
         if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            let body = said(&body, oauth.client_secret.expose());
+            if status.is_server_error() {
+                return Err(fetch(format!("HTTP {status} from {url}: {body}")));
+            }
             return Err(AuthError::Refused {
                 table: table.to_owned(),
                 status: status.as_u16(),
+                body,
             });
         }
         let body: TokenResponse = response
@@ -297,6 +303,35 @@ impl TokenSource {
             )));
         }
         Ok((Secret::new(body.access_token), ttl))
+    }
+}
+
+/// An error and its sources, `: `-separated (each once: reqwest repeats some).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A token endpoint's answer as an error may carry it: one line, at most 512 characters, the
+/// client secret removed should the endpoint echo it.
+fn said(body: &str, secret: &str) -> String {
+    let mut text: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !secret.is_empty() {
+        text = text.replace(secret, "***");
+    }
+    match text.char_indices().nth(512) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None if text.is_empty() => "(no body)".to_owned(),
+        None => text,
     }
 }
 
@@ -330,6 +365,60 @@ mod tests {
             client_secret: Secret::new("s"),
         }));
         assert!(matches!(oauth.presented, Presented::OAuth { .. }));
+    }
+
+    fn oauth(url: String, secret: &str) -> OAuth {
+        OAuth {
+            unity_catalog_url: url,
+            workspace_id: "1".into(),
+            client_id: "pipeline".into(),
+            client_secret: Secret::new(secret),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_token_endpoint_is_named_with_its_cause() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let http = reqwest::Client::new();
+        let secret = "s3cret-client-value";
+        let e = TokenSource::mint(
+            &http,
+            &oauth(format!("http://127.0.0.1:{port}"), secret),
+            "c.s.t",
+        )
+        .await
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(e.is_retryable(), "{text}");
+        // The root cause, not only reqwest's "error sending request for url".
+        assert!(text.to_lowercase().contains("connection refused"), "{text}");
+        assert!(!text.contains(secret), "{text}");
+    }
+
+    #[tokio::test]
+    async fn refused_credentials_carry_the_status_and_what_the_endpoint_said() {
+        let stub = zerobus_sink_testkit::uc_stub::UcStub::start().await;
+        let http = reqwest::Client::new();
+        let secret = "wrong-client-secret";
+        let e = TokenSource::mint(&http, &oauth(stub.url(), secret), "c.s.t")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, AuthError::Refused { status: 401, body, .. } if body.contains("invalid_client")),
+            "{e:?}"
+        );
+        assert!(!e.is_retryable());
+        assert!(!format!("{e} {e:?}").contains(secret), "{e:?}");
+        // An endpoint that echoes the secret has it removed.
+        assert_eq!(
+            said(&format!("bad secret {secret}"), secret),
+            "bad secret ***"
+        );
+        assert_eq!(said("", secret), "(no body)");
     }
 
     #[test]
