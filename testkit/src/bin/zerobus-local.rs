@@ -6,14 +6,19 @@
 //!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
 //!               [--metrics-addr 127.0.0.1:9465] [--stream-limits documented|quotas]
 //!               [--max-unacked-rows N]
+//!               [--oauth-client-id ID [--oauth-client-secret-env VAR] [--oauth-token-ttl-secs N]]
 //! ```
 //! Every flag also reads an environment variable (`ZEROBUS_LOCAL_ADDR`, ...; `--help` lists
-//! them). Point a client at the printed `http://` endpoint (no TLS, any or no bearer token). It
+//! them). Point a client at the printed `http://` endpoint (no TLS; any or no bearer token,
+//! unless `--oauth-client-id` asks for OAuth client credentials: then the token endpoint is
+//! `http://METRICS_ADDR/oidc/v1/token`, a client's `unity_catalog_url` is
+//! `http://METRICS_ADDR`, and a stream without a live token it minted is refused
+//! `UNAUTHENTICATED`). It
 //! serves the Delta tables under `--tables` (the local catalog backend's root: create them with
 //! `zerobus_sink_catalog::local::LocalDelta`, or let the sink provision them): a stream for a
 //! table that does not exist gets `NOT_FOUND`, one whose schema does not fit gets
 //! `SCHEMA_VALIDATION_FAILED`, and acked rows land in the table about `--materialize-lag-ms`
-//! later, exactly once across restarts. Ctrl-C stops it, materializes what is logged and prints
+//! later, exactly once across restarts. Ctrl-C or SIGTERM stops it, materializes what is logged and prints
 //! its counters (never a bearer token). A restart on the same directories carries on. With
 //! `--metrics-addr` it serves the same counters for Prometheus at `/metrics`.
 
@@ -24,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, OAuthClient, StreamLimits};
 
 /// A loopback Zerobus (Arrow Flight) for local runs and tests. Serves the Delta tables under
 /// --tables; acks only after its write-ahead log is synced, then appends the acked rows to the
@@ -73,9 +78,28 @@ struct Flags {
         requires = "stream_limits"
     )]
     max_unacked_rows: Option<u64>,
-    /// Serve the emulator's counters for Prometheus at http://ADDR/metrics.
+    /// Serve the emulator's counters for Prometheus at http://ADDR/metrics (and, with
+    /// --oauth-client-id, the token endpoint at http://ADDR/oidc/v1/token).
     #[arg(long, env = "ZEROBUS_LOCAL_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
+    /// Require OAuth: streams need a bearer token minted at /oidc/v1/token (served on
+    /// --metrics-addr) for this client id and the secret in --oauth-client-secret-env.
+    #[arg(long, env = "ZEROBUS_LOCAL_OAUTH_CLIENT_ID", requires = "metrics_addr")]
+    oauth_client_id: Option<String>,
+    /// The environment variable that holds the OAuth client's secret.
+    #[arg(
+        long,
+        env = "ZEROBUS_LOCAL_OAUTH_CLIENT_SECRET_ENV",
+        default_value = "ZEROBUS_LOCAL_OAUTH_CLIENT_SECRET"
+    )]
+    oauth_client_secret_env: String,
+    /// How long a minted token is accepted, in seconds.
+    #[arg(
+        long,
+        env = "ZEROBUS_LOCAL_OAUTH_TOKEN_TTL_SECS",
+        default_value_t = 3600
+    )]
+    oauth_token_ttl_secs: u64,
 }
 
 /// Which documented per-stream limits to enforce.
@@ -108,6 +132,15 @@ async fn main() -> ExitCode {
         }
         config = config.stream_limits(limits);
     }
+    if let Some(client_id) = &flags.oauth_client_id {
+        let var = &flags.oauth_client_secret_env;
+        let Some(secret) = std::env::var(var).ok().filter(|s| !s.is_empty()) else {
+            eprintln!("zerobus-local: --oauth-client-id needs the client's secret in ${var}");
+            return ExitCode::FAILURE;
+        };
+        let ttl = Duration::from_secs(flags.oauth_token_ttl_secs);
+        config = config.oauth(OAuthClient::new(client_id, secret, ttl));
+    }
     let addr = flags.addr;
     let emulator = match Emulator::bind(addr, config).await {
         Ok(e) => e,
@@ -134,14 +167,20 @@ async fn main() -> ExitCode {
             Ok(listener) => {
                 let bound = listener.local_addr().unwrap_or(addr);
                 println!("metrics: http://{bound}/metrics");
+                let tokens = emulator.token_routes();
+                if flags.oauth_client_id.is_some() {
+                    println!("oauth: tokens at http://{bound}/oidc/v1/token; streams need one");
+                }
                 let emulator = emulator.clone();
-                let app = axum::Router::new().route(
-                    "/metrics",
-                    axum::routing::get(move || {
-                        let text = emulator.stats().prometheus();
-                        async move { text }
-                    }),
-                );
+                let app = axum::Router::new()
+                    .route(
+                        "/metrics",
+                        axum::routing::get(move || {
+                            let text = emulator.stats().prometheus();
+                            async move { text }
+                        }),
+                    )
+                    .merge(tokens);
                 Some(tokio::spawn(
                     async move { axum::serve(listener, app).await },
                 ))

@@ -19,6 +19,7 @@ pub mod delta;
 mod frame;
 mod limits;
 mod materializer;
+mod oauth;
 mod prometheus;
 mod service;
 mod socket;
@@ -40,6 +41,7 @@ use tokio::task::JoinHandle;
 use materializer::Materializer;
 
 pub use limits::{Pace, StreamLimits};
+pub use oauth::OAuthClient;
 pub use tonic::Code;
 
 /// How the emulator behaves.
@@ -73,6 +75,9 @@ pub struct EmulatorConfig {
     /// Keep every acked batch in memory for [`Emulator::batches`] (on by default; off for long
     /// benchmarks, where the write-ahead log and the tables still hold everything).
     pub keep_batches: bool,
+    /// Require a bearer token this client minted at the token endpoint ([`OAuthClient`];
+    /// `None`: any token, or none, is accepted).
+    pub oauth: Option<OAuthClient>,
 }
 
 impl EmulatorConfig {
@@ -91,7 +96,15 @@ impl EmulatorConfig {
             materialize_lag: Duration::from_secs(1),
             stream_limits: None,
             keep_batches: true,
+            oauth: None,
         }
+    }
+
+    /// Sets [`oauth`](EmulatorConfig::oauth): streams need a live token `client` minted.
+    #[must_use]
+    pub fn oauth(mut self, client: OAuthClient) -> EmulatorConfig {
+        self.oauth = Some(client);
+        self
     }
 
     /// Enforces per-stream limits ([`StreamLimits::documented`] for the service's).
@@ -309,6 +322,9 @@ struct TableState {
 struct State {
     tables: BTreeMap<String, TableState>,
     rejected_tokens: BTreeSet<String>,
+    /// Tokens the token endpoint minted, with when each expires.
+    minted: BTreeMap<String, std::time::Instant>,
+    minted_count: u64,
     stats: Stats,
     /// Per table, the write-ahead log's byte position up to which its Delta table holds the rows.
     materialized: BTreeMap<String, u64>,

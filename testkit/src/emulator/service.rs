@@ -123,6 +123,11 @@ impl FlightService for Service {
                     );
                 }
             }
+            if let Some(why) =
+                super::oauth::refusal(shared, &state.minted, token.as_deref(), &table)
+            {
+                return refuse(&mut state, Status::unauthenticated(why));
+            }
             let limit = shared.config.max_streams_per_table;
             let t = state.tables.entry(table.clone()).or_default();
             let fault = t.faults.pop_front();
