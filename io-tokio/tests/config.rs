@@ -331,6 +331,24 @@ fn every_refusal_names_its_key_and_reason() {
         assert_eq!(&k, key, "{extra:?}: {r}");
         assert!(r.contains(reason), "{extra:?}: {k}: {r}");
     }
+    // A refusal made after parsing names the line too, as serde's do.
+    for (extra, line) in [
+        ("max_message_bytes = 1\n", 3),
+        (
+            "[retry]\ninitial_backoff = \"30s\"\nmax_backoff = \"5s\"\n",
+            4,
+        ),
+        (
+            "[[table]]\nname = \"main.a.b\"\n[[table]]\nname = \"main.a.c\"\nstreams = 0\n",
+            7,
+        ),
+    ] {
+        let (key, reason) = refused(extra);
+        assert!(
+            reason.ends_with(&format!("(line {line})")),
+            "{extra:?}: {key}: {reason}"
+        );
+    }
     // A file that lists no table starts no sink and is checked for none.
     let none = with("").unwrap();
     let e = none.effective().unwrap_err();

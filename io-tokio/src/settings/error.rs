@@ -87,6 +87,23 @@ impl ConfigFileError {
     }
 }
 
+impl ConfigFileError {
+    /// The same refusal with the line of `text` where its key is written, when it is and the
+    /// reason does not give one already (serde's do).
+    pub(crate) fn at_line_in(self, text: &str) -> ConfigFileError {
+        match self {
+            ConfigFileError::Invalid { key, reason } if !reason.contains("(line ") => {
+                let reason = match super::lines::line_of(text, &key) {
+                    Some(line) => format!("{reason} (line {line})"),
+                    None => reason,
+                };
+                ConfigFileError::Invalid { key, reason }
+            }
+            other => other,
+        }
+    }
+}
+
 /// A value the file wrote, as a message may repeat it: short ones, paths and URLs (with a
 /// separator in them), and names (`snake_case` keys, `UPPER_SNAKE` variables), as written; any
 /// other long one as `…`, since it may be a token or a client secret put in the wrong field.

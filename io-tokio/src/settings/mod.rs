@@ -26,6 +26,7 @@ mod build;
 mod dry_run;
 mod error;
 mod file;
+mod lines;
 
 use std::path::Path;
 use std::time::Duration;
@@ -78,7 +79,7 @@ impl SinkFile {
     pub fn parse(text: &str) -> Result<SinkFile, ConfigFileError> {
         let file = build::parse(text)?;
         let parsed = SinkFile { file };
-        build::check(&parsed.file)?;
+        build::check(&parsed.file).map_err(|e| e.at_line_in(text))?;
         Ok(parsed)
     }
 
