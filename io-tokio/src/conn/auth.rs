@@ -273,7 +273,7 @@ impl TokenSource {
             .await
             // reqwest errors name the URL, never the credentials; their causes say why
             // (connection refused, DNS, TLS), which the top error alone does not.
-            .map_err(|e| fetch(format!("request to {url} failed: {}", with_causes(&e))))?;
+            .map_err(|e| fetch(format!("request to {url} failed: {}", super::chain(&e))))?;
         let status = response.status();
         if !status.is_success() {
             let body = response.text().await.unwrap_or_default();
@@ -304,21 +304,6 @@ impl TokenSource {
         }
         Ok((Secret::new(body.access_token), ttl))
     }
-}
-
-/// An error and its sources, `: `-separated (each once: reqwest repeats some).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let part = cause.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A token endpoint's answer as an error may carry it: one line, at most 512 characters, the

@@ -144,7 +144,7 @@ fn transport(message: impl Into<String>) -> StreamError {
 
 /// An error and every error under it, `: `-separated, so that the root cause (connection
 /// refused, a certificate, a name that does not resolve) is in the message.
-fn chain<E: std::error::Error>(error: &E) -> String {
+pub(crate) fn chain<E: std::error::Error>(error: &E) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {
