@@ -1,14 +1,17 @@
 //! Either backend, chosen at run time (a configuration file names it): an enum, not a trait
 //! object, so the sink stays generic over one concrete [`TableCatalog`]. The local variant
-//! exists with the `local` feature.
+//! exists with the `local` feature. It reads tables back through either backend's
+//! [`Recover`] (the Databricks one with the `iceberg` feature).
 
 #[cfg(feature = "local")]
 use crate::local::LocalDelta;
+use crate::recovery::{Lag, Recover, Recovered, RecoveryError};
 use crate::unity::UnityCatalog;
 use crate::{
     Access, CatalogError, DesiredTable, LiveTable, Policy, PrimaryRawShape, ReconcileOutcome,
     SinkId, TableCatalog, TableRef, VendedCredentials,
 };
+use zerobus_sink::{Coverage, CoverageRange};
 
 /// The Unity Catalog backend or the local one (the Unity client boxed: it is ten times the
 /// size of the local one).
@@ -82,6 +85,34 @@ impl TableCatalog for AnyCatalog {
             AnyCatalog::Unity(c) => c.vend_credentials(table, access).await,
             #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.vend_credentials(table, access).await,
+        }
+    }
+}
+
+impl Recover for AnyCatalog {
+    async fn recover(
+        &self,
+        table: &TableRef,
+        range: &CoverageRange,
+        durable: &Coverage,
+        lag: Lag,
+    ) -> Result<Recovered, RecoveryError> {
+        match self {
+            #[cfg(feature = "iceberg")]
+            AnyCatalog::Unity(c) => c.recover(table, range, durable, lag).await,
+            #[cfg(not(feature = "iceberg"))]
+            AnyCatalog::Unity(_) => {
+                let _ = (range, durable, lag);
+                Err(RecoveryError::Read {
+                    table: table.full_name(),
+                    what: "the table's snapshot".into(),
+                    message: "this build has no Databricks read path (the catalog's `iceberg` \
+                              feature)"
+                        .into(),
+                })
+            }
+            #[cfg(feature = "local")]
+            AnyCatalog::Local(c) => c.recover(table, range, durable, lag).await,
         }
     }
 }
