@@ -172,3 +172,21 @@ impl CatalogError {
         }
     }
 }
+
+/// An error and every error under it, `: `-separated, so that the root cause (connection
+/// refused, a certificate, a name that does not resolve) is in the message rather than only
+/// reqwest's "error sending request".
+#[cfg(feature = "unity")]
+pub(crate) fn chain<E: std::error::Error>(error: &E) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let next = e.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = e.source();
+    }
+    text
+}

@@ -179,6 +179,32 @@ async fn a_connection_error_names_the_url() {
         )),
         "{err}"
     );
+    // The root cause, not only reqwest's "error sending request".
+    assert!(refused(&err.to_string()), "{err}");
+}
+
+fn refused(text: &str) -> bool {
+    text.to_lowercase().contains("connection refused")
+}
+
+#[tokio::test]
+async fn a_token_endpoint_that_is_down_is_named_with_the_cause() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let uc = catalog_at(format!("http://127.0.0.1:{port}"), oauth());
+    let err = uc
+        .describe(&TableRef::parse(TABLE).unwrap())
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, CatalogError::Transport { .. }), "{text}");
+    assert!(text.contains("oauth token"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}/oidc/v1/token")),
+        "{text}"
+    );
+    assert!(refused(&text), "{text}");
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Credentials tried locally: zerobus-local requiring OAuth client credentials (its token
 //! endpoint on loopback, one client id and secret) lands the rows of a sink that has them, and
 //! refuses one with a wrong secret (the token endpoint's 401, named with what it said) and one
-//! presenting a token it never minted (`UNAUTHENTICATED`); no secret in anything said.
+//! presenting a token it never minted or one that has expired (`UNAUTHENTICATED`, naming
+//! which); no secret or token in anything said.
 
 mod common;
 
@@ -113,5 +114,37 @@ async fn a_token_it_never_minted_is_refused_unauthenticated() {
             .refused
             .get("Unauthenticated")
             .is_some_and(|n| *n >= 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_is_refused_unauthenticated_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Tokens that expire as they are minted: every one the sink presents has expired.
+    let client = OAuthClient::new(CLIENT, SECRET, Duration::ZERO);
+    let emu = Emulator::start(EmulatorConfig::new(dir.path().join("wal")).oauth(client))
+        .await
+        .unwrap();
+    let (addr, _server) = emu
+        .serve_token_endpoint("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{addr}");
+    let (recorder, said) = run(config(&emu).credentials(oauth(&url, SECRET))).await;
+    assert!(recorder.seen().committed.is_empty(), "{said}");
+    assert!(!recorder.seen().failed.is_empty(), "{said}");
+    assert!(said.contains("Unauthenticated"), "{said}");
+    assert!(said.contains("has expired"), "{said}");
+    assert!(!said.contains(SECRET), "{said}");
+    // The sink asked for a fresh token after the refusal (the official client's one refresh)
+    // and gave up when that one was refused too: no storm of token requests.
+    let presented = emu.stats().tokens.len();
+    assert!(
+        (1..=4).contains(&presented),
+        "{presented} tokens presented\n{said}"
+    );
+    assert!(
+        !emu.stats().tokens.iter().any(|t| said.contains(t.as_str())),
+        "{said}"
     );
 }

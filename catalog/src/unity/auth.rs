@@ -139,7 +139,7 @@ impl TokenSource {
         let transport = |e: reqwest::Error| CatalogError::Transport {
             operation: "oauth token",
             target: self.token_url.clone(),
-            message: e.to_string(),
+            message: crate::error::chain(&e.without_url()),
         };
         let response = http
             .post(&self.token_url)

@@ -98,7 +98,7 @@ impl UnityCatalog {
             .map_err(|e| CatalogError::Transport {
                 operation: "client",
                 target: config.workspace_url.clone(),
-                message: e.to_string(),
+                message: crate::error::chain(&e),
             })?;
         let tokens = TokenSource::new(
             config.auth.clone(),
@@ -167,7 +167,11 @@ impl UnityCatalog {
                 Err(e) => Err(CatalogError::Transport {
                     operation,
                     target: target.to_owned(),
-                    message: format!("{} {url}: {}", method, e.without_url()),
+                    message: format!(
+                        "{} {url}: {}",
+                        method,
+                        crate::error::chain(&e.without_url())
+                    ),
                 }),
                 Ok(response) => {
                     let status = response.status();
