@@ -512,6 +512,49 @@ fn ack_timeout_drains_then_rebuilds_and_replays() {
 }
 
 #[test]
+fn repeated_acks_of_one_offset_never_extend_the_no_ack_deadline() {
+    // Official SDK issue #639: repeated acks of the same offset reset that client's no-ack
+    // timer, so a stream stuck on one offset was never recovered while the repeats went on.
+    // Here the deadline is the oldest unacked batch's age: a repeat is no progress.
+    let (mut s, table) = sink(1);
+    s.submit(t(0), table, vec![0u8; 10], token(1)).unwrap();
+    s.submit(t(0), table, vec![0u8; 10], token(2)).unwrap();
+    let out = drain(&mut s, t(0));
+    let (_, conn, ..) = sends(&out)[0];
+    ack(&mut s, t(1_000), conn, 10);
+    assert_eq!(confirmed_positions(drain(&mut s, t(1_000))), vec![1]);
+    // The second batch was sent at 0: its deadline is 60 s, whatever repeats after.
+    for second in 2..60 {
+        let now = t(second * 1_000);
+        let handled = s.handle(now, Input::acked(conn, 10));
+        assert_eq!(
+            handled,
+            Handled::Ignored(Ignored::NoProgress),
+            "repeat at {now}"
+        );
+        assert!(
+            drain(&mut s, now).is_empty(),
+            "a repeat at {now} did something"
+        );
+        assert!(
+            matches!(s.poll_output(now), Output::Timeout(Some(at)) if at == t(60_000)),
+            "a repeat at {now} moved the deadline"
+        );
+    }
+    // At the deadline the stuck stream is drained and rebuilt, as any other.
+    assert!(drain(&mut s, t(60_000)).is_empty());
+    let out = drain(&mut s, t(60_500));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Close {
+            graceful: false,
+            ..
+        }
+    )));
+    assert_eq!(s.metrics().ack_timeouts, 1);
+}
+
+#[test]
 fn large_batches_are_split_into_wire_messages_without_breaking_row_accounting() {
     let (mut s, table) = sink_with(
         1,

@@ -66,6 +66,8 @@ pub struct Seen {
     pub committed: Vec<i64>,
     /// Failed batches: (first order id of the rows handed back, rows, reason).
     pub failed: Vec<(Option<i64>, usize, String)>,
+    /// The table each failed batch was handed back for, as the confirmer was told.
+    pub failed_tables: Vec<String>,
     /// Isolated rows: the table, the batch's position, the rows, and each fault in words.
     pub isolated: Vec<(String, i64, RecordBatch, Vec<String>)>,
 }
@@ -86,7 +88,7 @@ impl Confirmer<Raw> for Recorder {
     }
     fn failed(
         &mut self,
-        _table: &str,
+        table: &str,
         batch: FailedBatch<Raw, RecordBatch>,
         reason: &FailureReason,
     ) {
@@ -96,8 +98,9 @@ impl Confirmer<Raw> for Recorder {
             .as_any()
             .downcast_ref::<Int64Array>()
             .and_then(|c| c.values().first().copied());
-        self.seen()
-            .failed
+        let mut seen = self.seen();
+        seen.failed_tables.push(table.to_owned());
+        seen.failed
             .push((first, batch.batch.num_rows(), reason.to_string()));
     }
     fn isolated(&mut self, table: &str, rows: IsolatedRows<Raw>) {

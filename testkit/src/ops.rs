@@ -49,6 +49,13 @@ pub enum Op {
         /// The cumulative count claimed.
         up_to: u32,
     },
+    /// The service acks again the count it last acked on the slot's live connection (the same
+    /// offset repeated, official SDK issue #639): no progress, so it must not hold off the
+    /// connection's ack deadline (the oracle's invariant 11 checks every `Timeout` against it).
+    RepeatAck {
+        /// Slot index.
+        slot: u8,
+    },
     /// An ack tagged with an earlier connection generation of the slot.
     StaleAck {
         /// Slot index.
@@ -111,6 +118,9 @@ const FIELD_BYTES: [usize; 11] = [1, 2, 1, 3, 5, 3, 2, 1, 3, 4, 2];
 /// fuzz findings decode as they did).
 const CATALOG_TAGS: u8 = 242;
 const RECONCILED_TAG: u8 = 249;
+/// A repeated ack (it was the last of the drift tags, 242 to 248; it keeps that operation's one
+/// field byte, so older inputs keep their length and framing).
+const REPEAT_ACK_TAG: u8 = 248;
 /// A drain again at the same instant (it was the last reconcile answer's tag; it keeps that
 /// operation's one field byte, so an older input decodes op for op as before, each of its
 /// tag-254 answers now a poll again).
@@ -135,7 +145,9 @@ impl Op {
                 let Some((&f, rest)) = rest.split_first() else {
                     break;
                 };
-                ops.push(if tag < RECONCILED_TAG {
+                ops.push(if tag == REPEAT_ACK_TAG {
+                    Op::RepeatAck { slot: f }
+                } else if tag < RECONCILED_TAG {
                     Op::Drift { hold: f & 1 == 1 }
                 } else if tag == POLL_AGAIN_TAG {
                     Op::PollAgain { times: f }
@@ -218,6 +230,7 @@ impl Op {
                     out.extend([[10].as_slice(), &grace_ms.to_le_bytes()].concat())
                 }
                 Op::Drift { hold } => out.extend([CATALOG_TAGS, u8::from(hold)]),
+                Op::RepeatAck { slot } => out.extend([REPEAT_ACK_TAG, slot]),
                 Op::Reconciled { ok } => out.extend([RECONCILED_TAG, u8::from(ok)]),
                 Op::Flush => out.push(FLUSH_TAG),
                 Op::PollAgain { times } => out.extend([POLL_AGAIN_TAG, times]),
@@ -264,7 +277,7 @@ impl Arbitrary for Op {
             0 => u8::arbitrary(g),
             _ => u8::arbitrary(g) % 40,
         };
-        match u8::arbitrary(g) % 37 {
+        match u8::arbitrary(g) % 39 {
             0..=6 => Op::Submit { rows: rows(g) },
             7..=9 => Op::SubmitKeyed {
                 key: u8::arbitrary(g) % 5,
@@ -314,6 +327,7 @@ impl Arbitrary for Op {
                 ok: u8::arbitrary(g) % 4 != 0,
             },
             35 => Op::Flush,
+            36 | 37 => Op::RepeatAck { slot },
             _ => Op::PollAgain {
                 times: u8::arbitrary(g),
             },
@@ -623,6 +637,12 @@ impl Harness {
                     let m = self.slots.get(conn.slot().index());
                     let up_to = m.map_or(0, |m| (m.acked + u64::from(rows)).min(m.received));
                     self.ack(conn, up_to);
+                }
+            }
+            Op::RepeatAck { slot } => {
+                if let Some(conn) = self.conn(slot, |m| m.live) {
+                    let acked = self.slots.get(conn.slot().index()).map_or(0, |m| m.acked);
+                    self.ack(conn, acked);
                 }
             }
             Op::RawAck { slot, up_to } => {

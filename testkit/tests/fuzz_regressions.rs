@@ -62,6 +62,39 @@ fn the_committed_corpus_decodes_op_for_op_and_holds_every_invariant() {
 }
 
 #[test]
+fn a_stream_stuck_repeating_one_offset_is_recovered_within_the_ack_timeout() {
+    // Official SDK issue #639: repeated acks of one offset reset that client's no-ack timer.
+    // Tag 248 (the last drift tag before) is a repeated ack, with its one field byte.
+    assert_eq!(
+        Op::decode_all(&[248, 2, 242, 1]),
+        [Op::RepeatAck { slot: 2 }, Op::Drift { hold: true }]
+    );
+    let mut ops = vec![
+        Op::Submit { rows: 10 },
+        Op::Ready { slot: 0 },
+        Op::Submit { rows: 10 },
+        Op::Ack { slot: 0, rows: 10 },
+    ];
+    // The service repeats its ack of 10 rows every second for two minutes (the harness's
+    // ack timeout is 60 s); the oracle checks after each that the deadline did not move.
+    for _ in 0..120 {
+        ops.push(Op::Tick { ms: 1_000 });
+        ops.push(Op::RepeatAck { slot: 0 });
+    }
+    let mut h = Harness::default();
+    for op in &ops {
+        h.apply(op).unwrap_or_else(|v| panic!("{v}"));
+    }
+    assert_eq!(
+        h.coverage().ack_timeouts,
+        1,
+        "the stuck stream timed out once"
+    );
+    let run = h.finish().unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(run.tally.admitted, run.tally.confirmed + run.tally.failed);
+}
+
+#[test]
 fn forward_ack_after_partial_ack_hands_back_the_suffix() {
     let ops = [
         Op::Submit { rows: 30 },

@@ -134,6 +134,7 @@ fn simulator_holds_every_checked_invariant_under_every_fault_kind() {
         ("poison (injected)", f.poisons),
         ("poison (seen: our stream died)", m.poisoned),
         ("stall (injected)", f.stalls),
+        ("repeated ack (injected)", f.repeated_acks),
         ("ack timeout (seen: the service is slow)", m.ack_timeouts),
         ("slow sync (injected)", f.slow_syncs),
         ("transient open failure (injected)", f.open_failures),

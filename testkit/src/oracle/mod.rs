@@ -16,7 +16,7 @@
 //! | 7 | one live connection per slot; streams held within the cap; no reopen sooner than the minimum backoff after a failure; opens per slot per minute within the bound the config implies |
 //! | 8 | windows within their bounds: a slot's batches within `WindowLimits`, a table's queue within its slots times them, the whole sink within twice the sum |
 //! | 9 | nothing confirmed after it ended; durable rows never resent |
-//! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending |
+//! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending; no \`Timeout\` later than a live connection's ack deadline (its oldest unacked message's send time, plus \`ack_timeout\` and the drain budget; connections asked to rotate aside), so that acks without progress (a repeated offset) cannot hold off recovery |
 //! | 12 | provisioned before sent: a stream of a table provisioned through a catalog is opened only for a schema the driver reported reconciled, and every batch sent on a stream has the schema the stream was opened with (read from the batch itself); a refusal for a refused schema only |
 //! | 13 | a drain reaches a fixed point: once `poll_output` has answered `Timeout(at)`, a second call at the same `now` answers `Timeout(at)` again and changes nothing the sink shows (its count of full passes, a cost, aside); and no table waits, beyond that instant, with work, no streams and room under the cap for its pool and the pools of the tables in line before it ([`Oracle::longest_wait_with_room`]) |
 //!
@@ -106,6 +106,8 @@ struct Record {
 struct ConnLog {
     /// (batch id, first row of the batch in the message, rows) per wire message, in order.
     messages: Vec<(u64, u64, u64)>,
+    /// When each message was sent.
+    sent_at: Vec<Time>,
     rows_sent: u64,
     acked: u64,
 }
@@ -154,6 +156,11 @@ pub struct Oracle {
     schemas_ok: BTreeSet<(TableId, u32)>,
     schemas_refused: BTreeSet<(TableId, u32)>,
     conn_schema: BTreeMap<ConnId<Raw>, u32>,
+    /// Invariant 11: connections the service asked to rotate (they drain for its grace), and
+    /// when a drain first saw a connection's oldest unacked message (by index) past its ack
+    /// timeout.
+    rotating: BTreeSet<ConnId<Raw>>,
+    overdue: BTreeMap<(ConnId<Raw>, usize), Time>,
     /// Invariant 13: the answer of the last `Timeout` the driver saw, while nothing else came
     /// after it; each table's pool; since when each table has waited for streams with room
     /// for it under the cap; the longest such wait.
@@ -235,6 +242,8 @@ impl Oracle {
             schemas_ok: BTreeSet::new(),
             schemas_refused: BTreeSet::new(),
             conn_schema: BTreeMap::new(),
+            rotating: BTreeSet::new(),
+            overdue: BTreeMap::new(),
             last_timeout: None,
             pools: BTreeMap::new(),
             room_since: BTreeMap::new(),
@@ -305,6 +314,9 @@ impl Oracle {
     /// against the slot's open budget.
     pub fn rotation_requested(&mut self, slot: SlotId) {
         self.rotations.entry(slot).or_default().push_back(self.now);
+        if let Some(&conn) = self.live.get(&slot) {
+            self.rotating.insert(conn);
+        }
     }
 
     /// Batch `id` of `rows` rows and `bytes` bytes was admitted for `table`; `slot` is the slot
@@ -425,6 +437,52 @@ impl Oracle {
         self.tally.admitted - self.tally.confirmed - self.tally.failed
     }
 
+    /// The earliest time by which a live connection with unacked messages must have been given
+    /// up on: its oldest unacked message's send time plus `ack_timeout`, or the first drain
+    /// that saw that time pass if the driver woke later (a jump of time), plus the drain
+    /// budget. Connections the service asked to rotate drain for their grace instead, and are
+    /// left out.
+    fn ack_deadline(&mut self) -> Option<(ConnId<Raw>, Time)> {
+        let (timeout, drain, now) = (
+            self.config.ack_timeout,
+            self.config.retry.drain_budget,
+            self.now,
+        );
+        let mut earliest: Option<(ConnId<Raw>, Time)> = None;
+        for conn in self.live.values() {
+            if self.rotating.contains(conn) {
+                continue;
+            }
+            let Some(log) = self.conns.get(conn) else {
+                continue;
+            };
+            let mut end = 0;
+            let oldest =
+                log.messages
+                    .iter()
+                    .zip(&log.sent_at)
+                    .enumerate()
+                    .find_map(|(i, (m, at))| {
+                        end += m.2;
+                        (end > log.acked).then_some((i, *at))
+                    });
+            let Some((index, sent)) = oldest else {
+                continue;
+            };
+            let base = sent + timeout;
+            let noticed = if now >= base {
+                *self.overdue.entry((*conn, index)).or_insert(now)
+            } else {
+                base
+            };
+            let due = base.max(noticed) + drain;
+            if earliest.is_none_or(|(_, e)| due < e) {
+                earliest = Some((*conn, due));
+            }
+        }
+        earliest
+    }
+
     /// Checks one output and, for confirmations, consumes it; returns the ids of the batches it
     /// ended (confirmed or handed back).
     pub fn output(&mut self, output: Output<Raw, SimBatch>) -> Result<Vec<u64>, Violation> {
@@ -481,6 +539,14 @@ impl Oracle {
                 self.ensure(11, at > now, || {
                     format!("Timeout({at}) is not in the future (now {now})")
                 })?;
+                if let Some((conn, due)) = self.ack_deadline() {
+                    self.ensure(11, at <= due, || {
+                        format!(
+                            "Timeout({at}) sleeps past {conn}'s ack deadline {due}: its oldest \
+                             unacked message waits unrecovered"
+                        )
+                    })?;
+                }
             }
             Output::InvalidateCredentials { .. } => {}
             Output::Reconcile { table, schema } => {
@@ -636,6 +702,7 @@ impl Oracle {
         let log = self.conns.entry(t.conn).or_default();
         let expected = log.messages.len() as u64;
         log.messages.push((t.batch.id, t.batch.start, t.rows));
+        log.sent_at.push(self.now);
         log.rows_sent += t.rows;
         let wire = t.wire_offset.get();
         self.ensure(4, wire == expected, || {

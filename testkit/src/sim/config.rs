@@ -53,6 +53,9 @@ pub struct Faults {
     pub streams_per_table: Option<u16>,
     /// Per reconcile of a provisioned table: the catalog refuses the schema (a narrowing).
     pub schema_refusal: f64,
+    /// The service acks the same count again, one to three times (official SDK issue #639);
+    /// and a stalled stream that had acked something repeats that count until it is closed.
+    pub repeated_ack: f64,
 }
 
 /// One table of the simulated workload.
@@ -192,6 +195,7 @@ impl SimConfig {
                     slow_sync: 0.02,
                     streams_per_table: Some(2),
                     schema_refusal: 0.2,
+                    repeated_ack: 0.05,
                 },
                 drift: 0.02,
                 ..steady
@@ -271,6 +275,7 @@ impl SimConfig {
                 slow_sync: chance(&mut rng, 0.05),
                 streams_per_table: limit,
                 schema_refusal: chance(&mut rng, 0.3),
+                repeated_ack: chance(&mut rng, 0.1),
             },
             drift: chance(&mut rng, 0.03),
             flush: chance(&mut rng, 0.05),

@@ -62,6 +62,8 @@ pub struct FaultCounts {
     pub drifts: u64,
     /// Reconciles the catalog refused.
     pub schema_refusals: u64,
+    /// Acks the service sent again with the count it had already acked (a repeated offset).
+    pub repeated_acks: u64,
     /// Batches the source dropped because their schema was refused (its dead-letter queue).
     pub dead_lettered: u64,
 }
@@ -82,6 +84,7 @@ impl FaultCounts {
             slow_syncs: self.slow_syncs + o.slow_syncs,
             drifts: self.drifts + o.drifts,
             schema_refusals: self.schema_refusals + o.schema_refusals,
+            repeated_acks: self.repeated_acks + o.repeated_acks,
             dead_lettered: self.dead_lettered + o.dead_lettered,
         }
     }
@@ -153,6 +156,12 @@ enum Event {
     },
     AckCheck {
         conn: ConnId<Raw>,
+    },
+    /// The service acks `up_to` again (a count it acked before), `left` more times.
+    RepeatAck {
+        conn: ConnId<Raw>,
+        up_to: u64,
+        left: u8,
     },
     /// After our half-close, the server ends the call.
     ServerEnd {
@@ -339,6 +348,7 @@ impl Sim<'_> {
             Event::Source => return self.produce(),
             Event::Opened { table, conn } => self.answer_open(table, conn),
             Event::AckCheck { conn } => self.server_ack(conn),
+            Event::RepeatAck { conn, up_to, left } => self.repeat_ack(conn, up_to, left),
             Event::ServerEnd { conn } => {
                 self.server_ack(conn);
                 let _ = self.sink.handle(self.now, Input::Closed { conn });
@@ -532,6 +542,23 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// The service repeats an ack it sent before (official SDK issue #639): the core must
+    /// take it as no progress; the oracle checks every `Timeout` against the connection's ack
+    /// deadline (so a stream stuck on one offset is still recovered within the ack timeout).
+    fn repeat_ack(&mut self, conn: ConnId<Raw>, up_to: u64, left: u8) {
+        if !self.servers.get(&conn).is_some_and(|s| s.open && !s.gone) {
+            return;
+        }
+        self.injected.repeated_acks += 1;
+        let _ = self.sink.handle(self.now, Input::acked(conn, up_to));
+        self.oracle.acked(conn, up_to);
+        if left > 1 {
+            let at = self.now + Duration::from_millis(self.rng.range(100, 1_000));
+            let left = left - 1;
+            self.schedule(at, Event::RepeatAck { conn, up_to, left });
+        }
+    }
+
     fn server_ack(&mut self, conn: ConnId<Raw>) {
         let faults = self.config.faults;
         let now = self.now;
@@ -580,6 +607,22 @@ impl Sim<'_> {
         }
         if again {
             self.schedule(now + Duration::from_millis(5), Event::AckCheck { conn });
+        }
+        if live && !matches!(input, Input::Failed { .. }) && self.fault(faults.repeated_ack) {
+            // Mostly a few repeats; one time in four the stream is stuck from here on and
+            // repeats this count for minutes (the stuck stream of official SDK issue #639),
+            // which only the ack timeout can end.
+            let stuck = self.rng.chance(0.25);
+            if stuck && let Some(server) = self.servers.get_mut(&conn) {
+                server.stalled = true;
+            }
+            let left = if stuck {
+                u8::MAX
+            } else {
+                self.rng.range(1, 3) as u8
+            };
+            let at = now + Duration::from_millis(self.rng.range(1, 50));
+            self.schedule(at, Event::RepeatAck { conn, up_to, left });
         }
         let ack = match input {
             Input::Result { result, .. } => Some(result.ack_up_to_records),
