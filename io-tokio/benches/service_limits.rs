@@ -55,19 +55,20 @@ fn batch(rows: usize, row_bytes: usize) -> RecordBatch {
 
 async fn cell(
     limits: StreamLimits,
+    unacked: Option<u64>,
     latency: Duration,
     row_bytes: usize,
     batch_rows: usize,
 ) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let emu = Emulator::start(
-        EmulatorConfig::new(dir.path().join("wal"))
-            .ack_latency(latency)
-            .stream_limits(limits)
-            .keep_batches(false),
-    )
-    .await
-    .expect("the emulator starts");
+    let mut config = EmulatorConfig::new(dir.path().join("wal"))
+        .ack_latency(latency)
+        .stream_limits(limits)
+        .keep_batches(false);
+    if let Some(rows) = unacked {
+        config = config.max_unacked_rows(rows);
+    }
+    let emu = Emulator::start(config).await.expect("the emulator starts");
     let one = batch(batch_rows, row_bytes);
     let config = ZerobusConfig::new(emu.url()).proxy(ProxyConfig::Direct);
     let table = TableDef::new(TABLE, one.schema()).streams(1);
@@ -128,7 +129,6 @@ async fn main() {
     let unacked = std::env::var("ZEROBUS_BENCH_UNACKED")
         .ok()
         .map(|v| v.parse::<u64>().expect("ZEROBUS_BENCH_UNACKED: rows"));
-    let limits = unacked.map_or(limits, |rows| limits.max_unacked_rows(rows));
     println!(
         "one stream, default configuration, the emulator at {} MB/s and {} rows/s per stream, \
          unacked rows {}",
@@ -142,6 +142,7 @@ async fn main() {
             for batch_rows in [100, 1_000, 10_000] {
                 let (rate, limit) = cell(
                     limits,
+                    unacked,
                     Duration::from_millis(latency),
                     row_bytes,
                     batch_rows,

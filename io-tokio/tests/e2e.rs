@@ -508,10 +508,13 @@ async fn a_batch_above_the_wire_limit_is_split_without_breaking_the_row_accounti
 async fn the_emulator_holds_a_stream_to_its_limits_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     // 2,000 rows/s and at most 500 rows read and not acked per stream; 3,000 rows to send.
-    let limits = StreamLimits::documented()
-        .rows_per_sec(2_000)
-        .max_unacked_rows(500);
-    let emu = emulator(&dir, |c| c.stream_limits(limits).keep_batches(false)).await;
+    let limits = StreamLimits::documented().rows_per_sec(2_000);
+    let emu = emulator(&dir, |c| {
+        c.stream_limits(limits)
+            .max_unacked_rows(500)
+            .keep_batches(false)
+    })
+    .await;
     // One batch a message: a group of small batches could exceed the 500 unacked rows alone.
     let (recorder, flushed, _) = run(per_batch(&emu), 1, 30).await;
     flushed.unwrap();

@@ -37,6 +37,8 @@ fn help_lists_every_flag_with_its_environment_variable() {
         ("--metrics-addr", "ZEROBUS_LOCAL_METRICS_ADDR"),
         ("--stream-limits", "ZEROBUS_LOCAL_STREAM_LIMITS"),
         ("--max-unacked-rows", "ZEROBUS_LOCAL_MAX_UNACKED_ROWS"),
+        ("--service-windows", "ZEROBUS_LOCAL_SERVICE_WINDOWS"),
+        ("--realistic", "ZEROBUS_LOCAL_REALISTIC"),
     ] {
         assert!(
             help.contains(flag) && help.contains(env),

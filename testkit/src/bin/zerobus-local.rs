@@ -5,7 +5,7 @@
 //!               [--tables ./zerobus-local-tables] [--materialize-lag-ms 1000]
 //!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
 //!               [--metrics-addr 127.0.0.1:9465] [--stream-limits documented|quotas]
-//!               [--max-unacked-rows N]
+//!               [--max-unacked-rows N] [--service-windows] [--realistic]
 //!               [--oauth-client-id ID [--oauth-client-secret-env VAR] [--oauth-token-ttl-secs N]]
 //! ```
 //! Every flag also reads an environment variable (`ZEROBUS_LOCAL_ADDR`, ...; `--help` lists
@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, OAuthClient, StreamLimits};
+use zerobus_sink_testkit::emulator::{
+    Emulator, EmulatorConfig, Http2Windows, OAuthClient, StreamLimits,
+};
 
 /// A loopback Zerobus (Arrow Flight) for local runs and tests. Serves the Delta tables under
 /// --tables; acks only after its write-ahead log is synced, then appends the acked rows to the
@@ -55,9 +57,10 @@ struct Flags {
         default_value = "zerobus-local-tables"
     )]
     tables: PathBuf,
-    /// How long acked rows wait before they land in the table.
-    #[arg(long, env = "ZEROBUS_LOCAL_MATERIALIZE_LAG_MS", default_value_t = 1000)]
-    materialize_lag_ms: u64,
+    /// How long acked rows wait before they land in the table [default: 1000; 5000 with
+    /// --realistic].
+    #[arg(long, env = "ZEROBUS_LOCAL_MATERIALIZE_LAG_MS")]
+    materialize_lag_ms: Option<u64>,
     /// Added time to durability.
     #[arg(long, env = "ZEROBUS_LOCAL_ACK_LATENCY_MS", default_value_t = 0)]
     ack_latency_ms: u64,
@@ -71,13 +74,18 @@ struct Flags {
     /// 15,000 rows/s) or `quotas` (100 MB/s, 100,000 rows/s).
     #[arg(long, env = "ZEROBUS_LOCAL_STREAM_LIMITS", value_enum)]
     stream_limits: Option<Limits>,
-    /// With --stream-limits: stop reading a stream while this many rows are unacked.
-    #[arg(
-        long,
-        env = "ZEROBUS_LOCAL_MAX_UNACKED_ROWS",
-        requires = "stream_limits"
-    )]
+    /// Stop reading a stream while this many rows are unacked (the client waits on HTTP/2
+    /// flow control; the service buffers about 50,000).
+    #[arg(long, env = "ZEROBUS_LOCAL_MAX_UNACKED_ROWS")]
     max_unacked_rows: Option<u64>,
+    /// Advertise the service's HTTP/2 windows: 32 MiB per connection, 2 MiB per stream.
+    #[arg(long, env = "ZEROBUS_LOCAL_SERVICE_WINDOWS")]
+    service_windows: bool,
+    /// Behave as the service does where fast tests do not: its HTTP/2 windows, at most 50,000
+    /// unacked rows per stream, and rows in the table 5 s after their ack (the documented
+    /// P50). --max-unacked-rows and --materialize-lag-ms, when given, override its values.
+    #[arg(long, env = "ZEROBUS_LOCAL_REALISTIC")]
+    realistic: bool,
     /// Serve the emulator's counters for Prometheus at http://ADDR/metrics (and, with
     /// --oauth-client-id, the token endpoint at http://ADDR/oidc/v1/token).
     #[arg(long, env = "ZEROBUS_LOCAL_METRICS_ADDR")]
@@ -116,21 +124,28 @@ async fn main() -> ExitCode {
     let flags = Flags::parse();
     let mut config = EmulatorConfig::new(flags.wal_dir)
         .delta_root(flags.tables)
-        .materialize_lag(Duration::from_millis(flags.materialize_lag_ms))
         .ack_latency(Duration::from_millis(flags.ack_latency_ms))
         .max_messages_per_ack(flags.max_messages_per_ack);
+    if flags.realistic {
+        config = config.realistic();
+    }
+    if flags.service_windows {
+        config = config.http2_windows(Http2Windows::SERVICE);
+    }
+    if let Some(ms) = flags.materialize_lag_ms {
+        config = config.materialize_lag(Duration::from_millis(ms));
+    }
+    if let Some(rows) = flags.max_unacked_rows {
+        config = config.max_unacked_rows(rows);
+    }
     if let Some(n) = flags.max_streams_per_table {
         config = config.max_streams_per_table(n);
     }
     if let Some(limits) = flags.stream_limits {
-        let mut limits = match limits {
+        config = config.stream_limits(match limits {
             Limits::Documented => StreamLimits::documented(),
             Limits::Quotas => StreamLimits::quotas(),
-        };
-        if let Some(rows) = flags.max_unacked_rows {
-            limits = limits.max_unacked_rows(rows);
-        }
-        config = config.stream_limits(limits);
+        });
     }
     if let Some(client_id) = &flags.oauth_client_id {
         let var = &flags.oauth_client_secret_env;

@@ -14,6 +14,11 @@
 //!   rows. At start the materializer resumes from that version, so every logged row lands in the
 //!   table exactly once across crashes. (Replays by a client after a lost ack are new records:
 //!   at-least-once end to end, as with the service.)
+//! - **A breaking change between ack and publication** (a type changed, a column dropped or
+//!   renamed since the previous round) sends the rows that no longer fit to the table's fallback
+//!   directory instead ([`super::fallback`]), as the service does: counted
+//!   ([`Stats::fallback_rows`](super::Stats)) and logged at WARN, naming the table, the file and
+//!   the column.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -31,8 +36,8 @@ use tonic::Status;
 use zerobus_sink_catalog::local::{LocalDelta, fit};
 use zerobus_sink_catalog::{DeltaType, LiveTable, TableCatalog, TableRef};
 
-use super::Shared;
 use super::wal::{self, Cursor};
+use super::{Shared, fallback};
 
 /// The app id of the emulator's transaction identifiers.
 pub const APP_ID: &str = "zerobus-local";
@@ -49,8 +54,13 @@ async fn describe(root: &Path, table: &str) -> Result<Option<(TableRef, LiveTabl
     }
 }
 
-/// Checks a stream's schema against its table, as the service does at open.
-pub(crate) async fn check_stream(root: &Path, table: &str, schema: &Schema) -> Result<(), Status> {
+/// Checks a stream's schema against its table, as the service does at open; returns the
+/// table's columns.
+pub(crate) async fn check_stream(
+    root: &Path,
+    table: &str,
+    schema: &Schema,
+) -> Result<Vec<zerobus_sink_catalog::LiveColumn>, Status> {
     let Some((_, live)) = describe(root, table).await? else {
         return Err(Status::not_found(format!(
             "table {table} does not exist (no Delta table under {})",
@@ -87,7 +97,7 @@ pub(crate) async fn check_stream(root: &Path, table: &str, schema: &Schema) -> R
         }
     }
     if causes.is_empty() {
-        return Ok(());
+        return Ok(live.columns);
     }
     causes.dedup();
     Err(schema_rejected(
@@ -125,6 +135,8 @@ pub(crate) fn schema_rejected(table: &str, causes: &str, why: &str) -> Status {
 pub(crate) struct Progress {
     /// Where the next read of the log starts (`None` until read from the table's `txn`).
     cursor: Option<Cursor>,
+    /// The table's columns at the last publication (`None` until the first round).
+    before: Option<Vec<zerobus_sink_catalog::LiveColumn>>,
 }
 
 /// One round: every table with a log, everything logged since the last round, one commit each.
@@ -160,7 +172,7 @@ async fn materialize_table(
     if !log.exists() {
         return Ok(0);
     }
-    let Some((name, _)) = describe(root, table)
+    let Some((name, live)) = describe(root, table)
         .await
         .map_err(|s| s.message().to_owned())?
     else {
@@ -199,7 +211,32 @@ async fn materialize_table(
         );
     let target = writer.arrow_schema();
     let mut rows = 0u64;
-    for batch in &batches {
+    let mut fell_back = (0u64, 0u64);
+    // The table at the last publication, or when this run first accepted a stream for it.
+    let before = progress.before.clone().or_else(|| {
+        shared
+            .read()
+            .tables
+            .get(table)
+            .and_then(|t| t.columns_at_open.clone())
+    });
+    for (index, batch) in batches.iter().enumerate() {
+        let changed = before
+            .as_deref()
+            .and_then(|before| fallback::breaking(&batch.schema(), before, &live));
+        if let Some(why) = changed {
+            let file = fallback::write(&location, cursor.at, index, batch)?;
+            tracing::warn!(
+                table,
+                rows = batch.num_rows(),
+                file = %file.display(),
+                cause = %why,
+                "acked rows written to the fallback directory, not the table: it changed between their ack and their publication"
+            );
+            fell_back.0 += batch.num_rows() as u64;
+            fell_back.1 += 1;
+            continue;
+        }
         rows += batch.num_rows() as u64;
         let projected = fit(batch, &target)
             .map_err(|e| format!("{table}: a logged batch does not fit the table: {e}"))?;
@@ -210,10 +247,13 @@ async fn materialize_table(
         .await
         .map_err(|e| e.to_string())?;
     progress.cursor = Some(next.clone());
+    progress.before = Some(live.columns);
     let mut state = shared.lock();
     state.materialized.insert(table.to_owned(), next.at);
     state.stats.materialized_rows += rows;
     state.stats.materialized_commits += 1;
+    state.stats.fallback_rows += fell_back.0;
+    state.stats.fallback_files += fell_back.1;
     Ok(rows)
 }
 

@@ -7,9 +7,9 @@
 //! for that long. (A first version gave credit for all the time since READY, so a client whose
 //! streams waited longer before a benchmark's timer started was let through faster.)
 //!
-//! Unacked rows: the emulator stops reading a stream's messages while that many rows are read
-//! and not yet acked, so HTTP/2 flow control pushes back on the client, as a service that
-//! buffers a bounded amount would.
+//! The bound on unacked rows is a setting of its own
+//! ([`EmulatorConfig::max_unacked_rows`](super::EmulatorConfig::max_unacked_rows)): the service
+//! buffers a bounded amount whether or not a stream runs at its rate limits.
 
 use std::time::Duration;
 
@@ -21,8 +21,6 @@ pub struct StreamLimits {
     pub bytes_per_sec: u64,
     /// Rows (records) per second.
     pub rows_per_sec: u64,
-    /// Rows read and not yet acked, at most (`None`: the docs give no figure).
-    pub max_unacked_rows: Option<u64>,
     /// The most credit an idle stream keeps (the docs give no figure; 100 ms, an ack group's
     /// worth).
     pub burst: Duration,
@@ -36,7 +34,6 @@ impl StreamLimits {
         StreamLimits {
             bytes_per_sec: 100_000_000,
             rows_per_sec: 15_000,
-            max_unacked_rows: None,
             burst: Duration::from_millis(100),
         }
     }
@@ -47,15 +44,6 @@ impl StreamLimits {
         StreamLimits {
             rows_per_sec: 100_000,
             ..StreamLimits::documented()
-        }
-    }
-
-    /// These limits with at most `rows` read and not yet acked per stream.
-    #[must_use]
-    pub const fn max_unacked_rows(self, rows: u64) -> StreamLimits {
-        StreamLimits {
-            max_unacked_rows: Some(rows),
-            ..self
         }
     }
 

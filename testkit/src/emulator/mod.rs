@@ -16,10 +16,12 @@
 //! status; decoding is bounded and cannot crash the server.
 
 pub mod delta;
+pub mod fallback;
 mod frame;
 mod limits;
 mod materializer;
 mod oauth;
+mod profile;
 mod prometheus;
 mod service;
 mod socket;
@@ -42,6 +44,7 @@ use materializer::Materializer;
 
 pub use limits::{Pace, StreamLimits};
 pub use oauth::OAuthClient;
+pub use profile::{Http2Windows, SERVICE_PUBLICATION_LAG, SERVICE_UNACKED_ROWS};
 pub use tonic::Code;
 
 /// How the emulator behaves.
@@ -72,6 +75,13 @@ pub struct EmulatorConfig {
     pub materialize_lag: Duration,
     /// Enforce the service's per-stream limits ([`StreamLimits`]; `None`: no ceiling).
     pub stream_limits: Option<StreamLimits>,
+    /// Rows read and not yet acked per stream, at most: past it the emulator stops reading the
+    /// stream, so HTTP/2 flow control pushes back on the client (`None`: no bound; the service
+    /// buffers about [`SERVICE_UNACKED_ROWS`]).
+    pub max_unacked_rows: Option<u64>,
+    /// The HTTP/2 windows to advertise (`None`: hyper's defaults; the service's are
+    /// [`Http2Windows::SERVICE`]).
+    pub http2_windows: Option<Http2Windows>,
     /// Keep every acked batch in memory for [`Emulator::batches`] (on by default; off for long
     /// benchmarks, where the write-ahead log and the tables still hold everything).
     pub keep_batches: bool,
@@ -95,6 +105,8 @@ impl EmulatorConfig {
             delta_root: None,
             materialize_lag: Duration::from_secs(1),
             stream_limits: None,
+            max_unacked_rows: None,
+            http2_windows: None,
             keep_batches: true,
             oauth: None,
         }
@@ -212,6 +224,22 @@ pub enum Fault {
         /// How much is logged first.
         logged: Count,
     },
+    /// Send every ack `1 + times` times: the same offset repeated (official SDK issue #639,
+    /// where repeats reset the client's no-ack timer).
+    RepeatAcks {
+        /// Extra copies of each ack.
+        times: u32,
+    },
+    /// Once at least `acked` of this call's traffic is acked, make no more progress: keep
+    /// reading what arrives but neither log nor ack it, and repeat the last ack every `every`,
+    /// until the client gives up on the call (the stuck stream of official SDK issue #639).
+    /// Nothing after the stuck point is durable: a client must replay it on a new stream.
+    StuckAfter {
+        /// How much is acked first.
+        acked: Count,
+        /// How often the last ack is repeated.
+        every: Duration,
+    },
 }
 
 /// How far into one call a fault fires: a number of messages, or of rows. A client that sends
@@ -280,6 +308,15 @@ pub struct Stats {
     pub throttled_acks: u64,
     /// Most rows read from one stream and not yet acked, at any moment.
     pub max_unacked_rows: u64,
+    /// Acks sent again with a count already acked ([`Fault::RepeatAcks`],
+    /// [`Fault::StuckAfter`]).
+    pub repeated_acks: u64,
+    /// Acked rows the materializer wrote to a table's fallback directory instead of the table:
+    /// the table changed under them, not additively, between their ack and their publication
+    /// ([`delta`]).
+    pub fallback_rows: u64,
+    /// Parquet files written to fallback directories.
+    pub fallback_files: u64,
 }
 
 impl std::fmt::Debug for Stats {
@@ -307,6 +344,9 @@ impl std::fmt::Debug for Stats {
             .field("materialize_errors", &self.materialize_errors)
             .field("throttled_acks", &self.throttled_acks)
             .field("max_unacked_rows", &self.max_unacked_rows)
+            .field("repeated_acks", &self.repeated_acks)
+            .field("fallback_rows", &self.fallback_rows)
+            .field("fallback_files", &self.fallback_files)
             .finish()
     }
 }
@@ -316,6 +356,9 @@ struct TableState {
     batches: Vec<RecordBatch>,
     open: usize,
     faults: VecDeque<Fault>,
+    /// The Delta table's columns when this run first accepted a stream for it: what the
+    /// materializer's first round compares with ([`fallback`]).
+    columns_at_open: Option<Vec<zerobus_sink_catalog::LiveColumn>>,
 }
 
 #[derive(Debug, Default)]
@@ -411,6 +454,11 @@ impl Emulator {
         let addr = listener.local_addr()?;
         let max = config.max_message_bytes;
         let mut builder = tonic::transport::Server::builder();
+        if let Some(w) = config.http2_windows {
+            builder = builder
+                .initial_connection_window_size(w.connection)
+                .initial_stream_window_size(w.stream);
+        }
         if let Some((cert, key)) = &config.tls {
             // tonic's server TLS takes the process-default provider; with both ring and
             // aws-lc-rs compiled in there is none until one is installed (an error here means

@@ -10,7 +10,7 @@ impl Stats {
     #[must_use]
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, u64); 14] = [
+        let counters: [(&str, &str, u64); 17] = [
             ("calls_total", "DoPut calls received", self.calls),
             ("ready_total", "calls answered with READY", self.ready),
             (
@@ -55,6 +55,21 @@ impl Stats {
                 "materialize_errors_total",
                 "materializer rounds that failed",
                 self.materialize_errors,
+            ),
+            (
+                "repeated_acks_total",
+                "acks sent again with a count already acked (faults)",
+                self.repeated_acks,
+            ),
+            (
+                "fallback_rows_total",
+                "acked rows written to a fallback directory, not the table",
+                self.fallback_rows,
+            ),
+            (
+                "fallback_files_total",
+                "Parquet files written to fallback directories",
+                self.fallback_files,
             ),
             (
                 "throttled_acks_total",

@@ -250,7 +250,7 @@ struct Message {
 }
 
 /// A stream's rows read and not yet acked, and the permits that bound them
-/// ([`StreamLimits::max_unacked_rows`](super::StreamLimits)).
+/// ([`EmulatorConfig::max_unacked_rows`](super::EmulatorConfig::max_unacked_rows)).
 struct Unacked {
     rows: std::sync::atomic::AtomicU64,
     permits: Option<tokio::sync::Semaphore>,
@@ -299,10 +299,15 @@ impl Connection {
         if let Some(Fault::RejectSchema { causes }) = &self.fault {
             return self.fail(delta::schema_rejected(&self.call.table, causes, ""));
         }
-        if let Some(root) = &self.shared.config.delta_root
-            && let Err(status) = delta::check_stream(root, &self.call.table, &schema).await
-        {
-            return self.fail(status);
+        if let Some(root) = &self.shared.config.delta_root {
+            match delta::check_stream(root, &self.call.table, &schema).await {
+                Err(status) => return self.fail(status),
+                Ok(columns) => {
+                    if let Some(t) = self.shared.lock().tables.get_mut(&self.call.table) {
+                        t.columns_at_open.get_or_insert(columns);
+                    }
+                }
+            }
         }
         if self.fault == Some(Fault::HoldReady) {
             while let Ok(Some(_)) = input.message().await {}
@@ -317,8 +322,7 @@ impl Connection {
         let bound = self
             .shared
             .config
-            .stream_limits
-            .and_then(|l| l.max_unacked_rows)
+            .max_unacked_rows
             .map(|rows| u32::try_from(rows.max(1)).unwrap_or(u32::MAX));
         let unacked = Arc::new(Unacked {
             rows: std::sync::atomic::AtomicU64::new(0),
@@ -518,11 +522,22 @@ impl Connection {
             }
             self.shared.lock().stats.acks += 1;
             self.reply(ack(last, rows));
+            if let Some(Fault::RepeatAcks { times }) = self.fault {
+                self.shared.lock().stats.repeated_acks += u64::from(times);
+                for _ in 0..times {
+                    self.reply(ack(last, rows));
+                }
+            }
             unacked
                 .rows
                 .fetch_sub(group_rows, std::sync::atomic::Ordering::SeqCst);
             if let Some(sem) = &unacked.permits {
                 sem.add_permits(group_permits as usize);
+            }
+            if let Some(Fault::StuckAfter { acked, every }) = self.fault
+                && acked.reached(messages, rows)
+            {
+                return self.stuck(rx, &unacked, ack(last, rows), every).await;
             }
             if let Some(Fault::RotateAfter { acked, grace }) = self.fault
                 && acked.reached(messages, rows)
@@ -537,6 +552,45 @@ impl Connection {
             }
         }
         // Ending here (dropping `out`) ends the call with OK.
+        drop(self.call);
+    }
+}
+
+impl Connection {
+    /// [`Fault::StuckAfter`]: reads on, logs and acks nothing more, and repeats `last` every
+    /// `every` until the client gives up on the call.
+    async fn stuck(
+        self,
+        mut rx: mpsc::UnboundedReceiver<Item>,
+        unacked: &Unacked,
+        last: PutResult,
+        every: Duration,
+    ) {
+        let table = &self.call.table;
+        tracing::debug!(table, "stuck: repeating the last ack, logging nothing more");
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(Item::Message(m)) => {
+                        // Dropped unlogged: not durable, so the client must replay it.
+                        unacked.rows.fetch_sub(m.rows, std::sync::atomic::Ordering::SeqCst);
+                        if let Some(sem) = &unacked.permits {
+                            sem.add_permits(m.permits as usize);
+                        }
+                    }
+                    Some(Item::End) | None => break,
+                },
+                _ = tick.tick() => {
+                    if self.out.is_closed() {
+                        break;
+                    }
+                    self.shared.lock().stats.repeated_acks += 1;
+                    self.reply(last.clone());
+                }
+            }
+        }
         drop(self.call);
     }
 }
