@@ -246,7 +246,7 @@ async fn a_table_the_catalog_created_takes_the_batches_its_schema_describes() {
 }
 
 #[tokio::test]
-async fn widening_is_a_named_error_on_the_local_backend() {
+async fn widening_on_the_local_backend_keeps_every_row_and_reads_it_at_the_wider_type() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = LocalDelta::new(dir.path());
     let narrow = vec![Field::new("n", DataType::Int32, true)];
@@ -254,19 +254,41 @@ async fn widening_is_a_named_error_on_the_local_backend() {
         .reconcile(&desired(narrow, &Contract::default()), &Policy::default())
         .await
         .unwrap();
+    let table = TableRef::parse("main.bronze.orders").unwrap();
+    append(&catalog, &table, vec![1, 2, 3], "EUR").await;
     let wide = vec![Field::new("n", DataType::Int64, true)];
-    let err = catalog
-        .reconcile(
-            &desired(wide, &Contract::default()),
-            &Policy {
-                allow_widening: true,
-                ..Policy::default()
-            },
-        )
+    let widen = Policy {
+        allow_widening: true,
+        ..Policy::default()
+    };
+    let outcome = catalog
+        .reconcile(&desired(wide.clone(), &Contract::default()), &widen)
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("widen") && err.contains("column n"), "{err}");
+        .unwrap();
+    assert!(
+        outcome.executed.iter().any(|e| e.contains("n")),
+        "{:?}",
+        outcome.executed
+    );
+    let live = catalog.describe(&table).await.unwrap().unwrap();
+    assert_eq!(live.column("n").unwrap().data_type, DeltaType::Long);
+    // The rows written before, their files still INT, read back as BIGINT.
+    append(&catalog, &table, vec![4, 5], "EUR").await;
+    let (batches, _) = catalog.read_table(&table).await.unwrap();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, 5);
+    for b in &batches {
+        assert_eq!(
+            b.schema().field_with_name("n").unwrap().data_type(),
+            &DataType::Int64
+        );
+    }
+    // Reconciling again is a no-op: the widening is not repeated.
+    let again = catalog
+        .reconcile(&desired(wide, &Contract::default()), &widen)
+        .await
+        .unwrap();
+    assert!(again.executed.is_empty(), "{:?}", again.executed);
 }
 
 /// The table's directory as the URL delta-rs opens.

@@ -17,13 +17,21 @@
 //! widening the catalog can make instead. A column no rule converts is refused here, named,
 //! without asking the catalog. The answer is the live table after reconciling; the driver
 //! makes the batch schema's [`Plan`](crate::boundary::Plan) from it.
+//!
+//! A plan that widens a column is not additive: rows acked before it and published after it
+//! would land in the service's fallback directory, not the table. So the table is quiesced
+//! first ([`Quiescer`]: the driver deals its queued batches and answers once every one has
+//! ended), and the alter waits [`Provisioning::publication_wait`] more for the service to
+//! publish what was acked (docs/decisions/0010-quiesce-before-a-breaking-change.md).
 
 use std::time::Duration;
 
 use arrow_schema::{Field, Schema, SchemaRef};
+use tokio::sync::{mpsc, oneshot};
+use zerobus_sink::TableId;
 use zerobus_sink_catalog::{
-    Access, CatalogError, Contract, DeltaType, DesiredTable, LiveTable, Policy, ReconcileOutcome,
-    Role, SinkId, TableCatalog, TableRef, VendedCredentials, Widening,
+    Access, Action, CatalogError, Contract, DeltaType, DesiredTable, LiveTable, Policy,
+    ReconcileOutcome, Role, SinkId, TableCatalog, TableRef, VendedCredentials, Widening,
 };
 
 use crate::boundary::{ColumnRefusal, Conversions, rules};
@@ -39,6 +47,10 @@ pub struct Provisioning<C> {
     pub sink: SinkId,
     /// What reconciling may change.
     pub policy: Policy,
+    /// Before a change that is not additive (a widening), how long to wait, once the table's
+    /// every batch has ended, for the service to publish its acked rows (default 30 s, the
+    /// documented P95 time to table; docs/decisions/0010).
+    pub publication_wait: Duration,
 }
 
 impl<C: TableCatalog> Provisioning<C> {
@@ -49,7 +61,15 @@ impl<C: TableCatalog> Provisioning<C> {
             catalog,
             sink: SinkId(sink.into()),
             policy: Policy::default(),
+            publication_wait: PUBLICATION_WAIT,
         }
+    }
+
+    /// The same, waiting `wait` for publication before a change that is not additive.
+    #[must_use]
+    pub fn publication_wait(mut self, wait: Duration) -> Provisioning<C> {
+        self.publication_wait = wait;
+        self
     }
 
     /// The same, with `policy`.
@@ -58,6 +78,55 @@ impl<C: TableCatalog> Provisioning<C> {
         self.policy = policy;
         self
     }
+}
+
+/// The documented P95 time from ack to table (docs.databricks.com zerobus-limits).
+pub const PUBLICATION_WAIT: Duration = Duration::from_secs(30);
+
+/// Quiesces a table for a reconcile task: asks the driver to let the table's every admitted
+/// batch end, then waits for publication.
+#[derive(Debug, Clone)]
+pub(crate) struct Quiescer {
+    pub(crate) table: TableId,
+    pub(crate) tx: mpsc::UnboundedSender<(TableId, oneshot::Sender<()>)>,
+    pub(crate) publication_wait: Duration,
+}
+
+impl Quiescer {
+    /// Returns once the table has nothing pending and `publication_wait` has passed since
+    /// (at once if the sink has stopped).
+    async fn quiesce(&self, table: &TableRef, why: &str) {
+        let (done, ended) = oneshot::channel();
+        tracing::info!(%table, change = why, "quiescing the table before a change that is not additive");
+        if self.tx.send((self.table, done)).is_err() || ended.await.is_err() {
+            return;
+        }
+        tracing::info!(
+            %table,
+            wait = ?self.publication_wait,
+            "every batch of the table ended; waiting for its acked rows to be published"
+        );
+        tokio::time::sleep(self.publication_wait).await;
+    }
+}
+
+/// The first change in `desired` that is not additive (a widening), in words.
+fn not_additive(
+    before: Option<&LiveTable>,
+    desired: &DesiredTable,
+    policy: &Policy,
+) -> Option<String> {
+    zerobus_sink_catalog::plan(before, desired, policy)
+        .actions
+        .into_iter()
+        .find_map(|a| match a {
+            Action::WidenColumn { column, from, to } => Some(format!(
+                "widen {column} from {} to {}",
+                from.type_text(),
+                to.type_text()
+            )),
+            _ => None,
+        })
 }
 
 /// The catalog of a sink that provisions nothing (tables taken as they are): it has no value,
@@ -168,12 +237,14 @@ pub(crate) async fn reconcile<C: TableCatalog>(
     sink: &SinkId,
     policy: &Policy,
     request: &Request,
+    quiescer: &Quiescer,
 ) -> Answer {
     let table = match TableRef::parse(&request.table) {
         Ok(t) => t,
         Err(e) => return Some(Err(catalog_refusal(e))),
     };
     let mut delay = Duration::from_millis(500);
+    let mut quiesced = false;
     for attempt in 1..=4 {
         let outcome = async {
             let before = catalog.describe(&table).await?;
@@ -195,6 +266,10 @@ pub(crate) async fn reconcile<C: TableCatalog>(
                 Ok(d) => d,
                 Err(e) => return Ok(Err(catalog_refusal(e))),
             };
+            if !quiesced && let Some(why) = not_additive(before.as_ref(), &desired, policy) {
+                quiescer.quiesce(&table, &why).await;
+                quiesced = true;
+            }
             let outcome = catalog.reconcile(&desired, policy).await?;
             if request.register {
                 catalog.register_sink(&table, sink).await?;

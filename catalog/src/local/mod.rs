@@ -157,6 +157,65 @@ async fn commit_properties(
     Ok(())
 }
 
+/// Widens `column` to `to` as a metadata-only commit. The Delta `typeWidening` feature is not
+/// declared (delta-rs refuses to read a table that declares it): files written before keep the
+/// narrower physical type, which this backend's reader ([`fit`]) and delta-rs's readers cast to
+/// the column's type on read. A local, development-only stand-in for Databricks'
+/// `ALTER COLUMN ... TYPE` (which declares the feature).
+async fn widen_column(
+    table: &TableRef,
+    t: &DeltaTable,
+    column: &str,
+    to: &DeltaType,
+) -> Result<(), CatalogError> {
+    let snapshot = t.snapshot().map_err(|e| delta_err(table, "snapshot", e))?;
+    let mut schema = serde_json::to_value(snapshot.schema().as_ref())
+        .map_err(|e| delta_err(table, "widen", e))?;
+    let mut widened = None;
+    if let Some(fields) = schema
+        .get_mut("fields")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for field in fields {
+            let named = field
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|n| n.eq_ignore_ascii_case(column));
+            if named {
+                field["type"] = to.to_json();
+                widened = Some(field.clone());
+            }
+        }
+    }
+    let Some(field) = widened else {
+        return Err(delta_err(
+            table,
+            "widen",
+            format!("column {column} is not in the table"),
+        ));
+    };
+    let schema = serde_json::from_value(schema).map_err(|e| delta_err(table, "widen", e))?;
+    let field: StructField =
+        serde_json::from_value(field).map_err(|e| delta_err(table, "widen", e))?;
+    let metadata = snapshot
+        .metadata()
+        .clone()
+        .with_schema(&schema)
+        .map_err(|e| delta_err(table, "widen", e))?;
+    CommitBuilder::default()
+        .with_actions(vec![DeltaAction::Metadata(metadata)])
+        .build(
+            Some(snapshot),
+            t.log_store(),
+            DeltaOperation::UpdateFieldMetadata {
+                fields: vec![field],
+            },
+        )
+        .await
+        .map_err(|e| race_err(table, "widen", e))?;
+    Ok(())
+}
+
 /// The protocol of a snapshot, in the crate's terms (through its Delta-log JSON form, which
 /// is the stable part of delta-rs's API).
 fn protocol_of(p: &deltalake::kernel::Protocol) -> Protocol {
@@ -376,17 +435,6 @@ impl LocalDelta {
                 refusals,
             });
         }
-        if let Some(Action::WidenColumn { column, .. }) = plan
-            .actions
-            .iter()
-            .find(|a| matches!(a, Action::WidenColumn { .. }))
-        {
-            return Err(delta_err(
-                table,
-                "widen",
-                format!("column {column}: delta-rs cannot change a column's type in place"),
-            ));
-        }
         let mut executed = Vec::new();
         let mut properties: HashMap<String, String> = HashMap::new();
         for action in &plan.actions {
@@ -411,6 +459,10 @@ impl LocalDelta {
                         create = create.with_comment(c);
                     }
                     create.await.map_err(|e| race_err(table, "create", e))?;
+                }
+                Action::WidenColumn { column, to, .. } => {
+                    let t = self.open(table).await?;
+                    widen_column(table, &t, column, to).await?;
                 }
                 Action::AddColumn(c) => {
                     let field = kernel_field(

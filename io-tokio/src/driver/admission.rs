@@ -320,13 +320,19 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         };
         tracing::debug!(table = %request.table, %schema, "reconciling");
         let answers = self.answers_tx.clone();
+        let quiescer = provision::Quiescer {
+            table,
+            tx: self.quiesce_tx.clone(),
+            publication_wait: p.publication_wait,
+        };
         let span = tracing::info_span!("table", table = %request.table);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let mut wait = Duration::from_secs(1);
                 let answer = loop {
                     let answer =
-                        provision::reconcile(&p.catalog, &p.sink, &p.policy, &request).await;
+                        provision::reconcile(&p.catalog, &p.sink, &p.policy, &request, &quiescer)
+                            .await;
                     if answer.is_some() {
                         break answer;
                     }

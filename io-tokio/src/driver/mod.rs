@@ -24,6 +24,7 @@ use zerobus_sink_catalog::{Contract, PrimaryRawShape, TableCatalog, TableRef};
 
 mod admission;
 pub(crate) mod command;
+mod quiesce;
 mod role;
 
 use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
@@ -214,6 +215,10 @@ pub(crate) struct Driver<L: Lane, C, P> {
     stamp_cache: StampCache,
     answers_tx: mpsc::UnboundedSender<(TableId, SchemaId, Answer)>,
     answers: mpsc::UnboundedReceiver<(TableId, SchemaId, Answer)>,
+    /// Reconcile tasks asking for a table to be quiesced (`quiesce.rs`), and those waiting.
+    quiesce_tx: mpsc::UnboundedSender<(TableId, oneshot::Sender<()>)>,
+    quiesce_rx: mpsc::UnboundedReceiver<(TableId, oneshot::Sender<()>)>,
+    quiescing: Vec<(TableId, oneshot::Sender<()>)>,
     recheck: role::Recheck,
 }
 
@@ -221,6 +226,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
     pub(crate) fn new(parts: Parts<L, C, P>) -> Driver<L, C, P> {
         let (events_tx, events) = mpsc::unbounded_channel();
         let (answers_tx, answers) = mpsc::unbounded_channel();
+        let (quiesce_tx, quiesce_rx) = mpsc::unbounded_channel();
         let report = Report::for_tables(parts.tables.iter().map(|t| t.name.clone()));
         let telemetry = Telemetry::new::<L>(parts.tables.iter().map(|t| t.name.clone()));
         let (recheck_tx, recheck_rx) = mpsc::unbounded_channel();
@@ -268,6 +274,9 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             stamp_cache: StampCache::default(),
             answers_tx,
             answers,
+            quiesce_tx,
+            quiesce_rx,
+            quiescing: Vec::new(),
             recheck,
         }
     }
@@ -310,6 +319,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             self.recheck_due();
             let wake = self.drain(now);
             self.settle_flushes();
+            self.settle_quiesces();
             let ended = self.closing.is_some() || self.handle_gone;
             if ended && self.core.is_closed() && self.all_taken() {
                 break;
@@ -330,6 +340,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 Some((table, schema, answer)) = self.answers.recv() => {
                     self.answered(table, schema, answer);
                 }
+                Some((table, done)) = self.quiesce_rx.recv() => self.quiesce(table, done),
                 Some((table, result)) = self.recheck.rx.recv() => self.rechecked(table, result),
                 control = self.control.recv(), if !self.control_ended => match control {
                     Some(c) => self.control(c),
