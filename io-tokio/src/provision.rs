@@ -70,6 +70,10 @@ impl TableCatalog for NoCatalog {
         match *self {}
     }
 
+    async fn describe_for_write(&self, _: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        match *self {}
+    }
+
     async fn reconcile(
         &self,
         _: &DesiredTable,
