@@ -21,6 +21,7 @@ mod limits;
 mod materializer;
 mod oauth;
 mod prometheus;
+mod requirements;
 mod service;
 mod socket;
 pub mod wal;
@@ -280,6 +281,10 @@ pub struct Stats {
     pub throttled_acks: u64,
     /// Most rows read from one stream and not yet acked, at any moment.
     pub max_unacked_rows: u64,
+    /// Streams ended for a table that breaks the service's table requirements, by requirement
+    /// (`table_name`, `column_name`, `managed_delta`, `catalog_managed_commits`, `recreated`);
+    /// each is also in `errors`.
+    pub table_refusals: BTreeMap<&'static str, u64>,
 }
 
 impl std::fmt::Debug for Stats {
@@ -307,6 +312,7 @@ impl std::fmt::Debug for Stats {
             .field("materialize_errors", &self.materialize_errors)
             .field("throttled_acks", &self.throttled_acks)
             .field("max_unacked_rows", &self.max_unacked_rows)
+            .field("table_refusals", &self.table_refusals)
             .finish()
     }
 }
