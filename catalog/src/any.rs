@@ -56,6 +56,17 @@ impl TableCatalog for AnyCatalog {
         }
     }
 
+    async fn describe_for_write(
+        &self,
+        table: &TableRef,
+    ) -> Result<Option<LiveTable>, CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.describe_for_write(table).await,
+            #[cfg(feature = "local")]
+            AnyCatalog::Local(c) => c.describe_for_write(table).await,
+        }
+    }
+
     async fn reconcile(
         &self,
         desired: &DesiredTable,

@@ -100,14 +100,31 @@ pub struct ReconcileOutcome {
 ///
 /// The methods return `Send` futures, so the sink can call them from any task.
 pub trait TableCatalog {
-    /// The live table, or `None` if it does not exist.
+    /// The live table, or `None` if it does not exist: what the catalog says, whether or not
+    /// Zerobus could write it (a sink describes with
+    /// [`describe_for_write`](TableCatalog::describe_for_write)).
     fn describe(
+        &self,
+        table: &TableRef,
+    ) -> impl Future<Output = Result<Option<LiveTable>, CatalogError>> + Send;
+
+    /// The live table, or `None` if it does not exist, for writing through Zerobus: as
+    /// [`describe`](TableCatalog::describe) says, checked against the service's table
+    /// requirements ([`requirements`](crate::requirements)). A table that breaks one is
+    /// [`CatalogError::Unwritable`], naming it and every requirement broken: not a managed
+    /// Delta table, a column name other than ASCII letters, digits and underscores,
+    /// catalog-managed commits, or a table id other than the one this catalog first saw for
+    /// the name (recreated), or absent after it was seen (dropped). Backends remember the ids
+    /// ([`FirstSeen`](crate::FirstSeen)) and describe this way before they plan.
+    fn describe_for_write(
         &self,
         table: &TableRef,
     ) -> impl Future<Output = Result<Option<LiveTable>, CatalogError>> + Send;
 
     /// Makes the table take `desired`: describes it, plans (a pure [`ReconcilePlan`]), and
     /// executes the plan unless it refuses something. Idempotent: a second call plans nothing.
+    /// It describes for writing ([`describe_for_write`](TableCatalog::describe_for_write)), so
+    /// a table Zerobus cannot write is refused before anything is planned.
     fn reconcile(
         &self,
         desired: &DesiredTable,

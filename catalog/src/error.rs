@@ -2,6 +2,7 @@
 //! retrying can help. Secrets never appear in them.
 
 use crate::refusal::Refusal;
+use crate::requirements::{Requirement, joined};
 
 /// What went wrong in the catalog layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +53,16 @@ pub enum CatalogError {
         table: String,
         /// Every refusal in the plan.
         refusals: Vec<Refusal>,
+    },
+    /// Zerobus cannot write the table: it breaks the service's table requirements
+    /// ([`requirements`](crate::requirements)). Found when the table is described for writing,
+    /// before anything is planned, executed or opened; permanent until the table is fixed.
+    #[error("{table}: {}", joined(broken))]
+    Unwritable {
+        /// The table.
+        table: String,
+        /// Every requirement it breaks, with what was found.
+        broken: Vec<Requirement>,
     },
     /// An HTTP call got an error status.
     #[error("{operation} {target}: HTTP {status}{}: {message}", code.as_ref().map(|c| format!(" {c}")).unwrap_or_default())]

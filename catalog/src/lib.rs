@@ -11,6 +11,10 @@
 //!   lossless widenings;
 //! - [`plan()`]: a pure [`ReconcilePlan`] (create, add column, widen, comments, properties, or
 //!   refuse, naming the column), idempotent through managed comment hashes;
+//! - [`requirements`]: what the service writes to (managed Delta tables, ASCII names, no
+//!   catalog-managed commits, never recreated), checked by
+//!   [`TableCatalog::describe_for_write`] before any plan, and a table that breaks one refused
+//!   as [`CatalogError::Unwritable`], naming it and the requirement;
 //! - [`ddl::render`]: Databricks SQL for a plan, every identifier and literal escaped;
 //! - backends behind features: `unity` (Unity Catalog REST, SQL Statement Execution API, OAuth
 //!   M2M) and `local` (Delta tables on disk with delta-rs, the embedded default).
@@ -55,6 +59,7 @@ pub mod plan;
 pub mod primary_raw;
 pub mod recovery;
 mod refusal;
+pub mod requirements;
 mod shape;
 mod table_ref;
 pub mod types;
@@ -81,5 +86,6 @@ pub use error::CatalogError;
 pub use live::{LiveColumn, LiveTable, Protocol};
 pub use plan::{Action, HumanEdits, Policy, ReconcilePlan, Refusal, RefusalReason, plan};
 pub use primary_raw::{PrimaryRawError, PrimaryRawProof, PrimaryRawShape, Unmet};
+pub use requirements::{FirstSeen, Requirement};
 pub use table_ref::{TableRef, is_identifier_safe};
 pub use types::{DeltaField, DeltaType, VARIANT_EXTENSION, Widening};

@@ -78,6 +78,13 @@ pub struct LiveTable {
     /// Its Delta protocol, when the catalog says (the local backend always; Unity Catalog when
     /// the table's properties carry it).
     pub protocol: Option<Protocol>,
+    /// Its type (Unity Catalog's `table_type`: `MANAGED`, `EXTERNAL`, `VIEW`, ...), if the
+    /// catalog says. The local backend's tables are `MANAGED` unless their property
+    /// `zerobus-local.table_type` says otherwise.
+    pub table_type: Option<String>,
+    /// Its format (Unity Catalog's `data_source_format`: `DELTA`, `ICEBERG`, ...), if the
+    /// catalog says; `DELTA` for the local backend.
+    pub data_source_format: Option<String>,
 }
 
 impl LiveTable {

@@ -18,7 +18,7 @@ pub use crate::refusal::{Refusal, RefusalReason};
 use crate::desired::{DesiredColumn, DesiredTable, PRIMARY_RAW_PROPERTIES, Role};
 use crate::live::LiveTable;
 use crate::shape::PrimaryRawShape;
-use crate::table_ref::TableRef;
+use crate::table_ref::{TableRef, is_identifier_safe};
 use crate::types::{DeltaType, Widening};
 
 /// Property marking a table as managed by this crate.
@@ -220,6 +220,23 @@ pub fn plan(live: Option<&LiveTable>, desired: &DesiredTable, policy: &Policy) -
         actions: Vec::new(),
         notes: Vec::new(),
     };
+    // The service writes only ASCII identifiers (the table's name is one by construction of
+    // its `TableRef`): a column it could never write is neither created nor added.
+    let unwritable: Vec<Action> = desired
+        .columns
+        .iter()
+        .filter(|c| !is_identifier_safe(&c.name))
+        .map(|c| {
+            Action::Refuse(Refusal {
+                column: Some(c.name.clone()),
+                reason: RefusalReason::ColumnName,
+            })
+        })
+        .collect();
+    if !unwritable.is_empty() {
+        p.actions = unwritable;
+        return p;
+    }
     let Some(live) = live else {
         let mut properties = desired.properties.clone();
         properties.insert(MANAGED.to_owned(), "true".to_owned());

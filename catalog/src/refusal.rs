@@ -47,6 +47,9 @@ pub enum RefusalReason {
         /// The batches' type.
         wanted: String,
     },
+    /// The wanted column's name is not ASCII letters, digits and underscores: Zerobus could
+    /// never write it (PROTOCOL.md E), so the table is neither made nor evolved with it.
+    ColumnName,
     /// The table's column has a type this crate does not know; it is never changed.
     UnknownLiveType {
         /// The type as the catalog wrote it.
@@ -99,6 +102,10 @@ impl fmt::Display for Refusal {
                 f,
                 "widening {live} to {wanted}: the table has Iceberg reads on, and Iceberg only \
                  widens int to bigint, float to double and a decimal's precision"
+            ),
+            RefusalReason::ColumnName => write!(
+                f,
+                "Zerobus accepts only ASCII letters, digits and underscores in column names"
             ),
             RefusalReason::UnknownLiveType { type_text } => write!(
                 f,

@@ -263,6 +263,8 @@ fn alter_statements_parse_and_carry_hostile_text_intact() {
         table_id: None,
         storage_location: None,
         protocol: None,
+        table_type: Some("MANAGED".into()),
+        data_source_format: Some("DELTA".into()),
     };
     live.properties.insert("twg.managed".into(), "true".into());
     let p = plan(
@@ -372,6 +374,8 @@ fn a_refusing_plan_renders_nothing() {
         table_id: None,
         storage_location: None,
         protocol: None,
+        table_type: Some("MANAGED".into()),
+        data_source_format: Some("DELTA".into()),
     };
     let err = ddl::render(&plan(Some(&live), &d, &Policy::default()))
         .unwrap_err()

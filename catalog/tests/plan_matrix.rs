@@ -56,6 +56,8 @@ fn apply(live: Option<LiveTable>, plan: &zerobus_sink_catalog::ReconcilePlan) ->
         table_id: None,
         storage_location: None,
         protocol: None,
+        table_type: Some("MANAGED".into()),
+        data_source_format: Some("DELTA".into()),
     });
     for a in &plan.actions {
         match a {

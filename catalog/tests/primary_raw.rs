@@ -39,6 +39,8 @@ fn eligible(shape: PrimaryRawShape) -> LiveTable {
         table_id: None,
         storage_location: None,
         protocol: Some(protocol),
+        table_type: Some("MANAGED".into()),
+        data_source_format: Some("DELTA".into()),
     }
 }
 

@@ -10,6 +10,11 @@
 //! here a few times, then left unanswered: the core asks again after its
 //! `reconcile_timeout`, so a catalog outage delays a table, it never refuses its schema.
 //!
+//! Every description is for writing ([`TableCatalog::describe_for_write`]): a table that breaks
+//! the service's table requirements (not a managed Delta table, a column name Zerobus cannot
+//! write, catalog-managed commits, recreated since the sink first saw it) is refused, named
+//! with the requirement, before anything is planned and before any stream of it opens.
+//!
 //! Before the catalog plans, the live table is described and each existing column the batch
 //! brings is matched by the write boundary's rules ([`crate::boundary`]): a column the boundary
 //! can convert is presented to the catalog with the table's own type (so an `Int32` batch
@@ -139,6 +144,10 @@ impl TableCatalog for NoCatalog {
         match *self {}
     }
 
+    async fn describe_for_write(&self, _: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        match *self {}
+    }
+
     async fn reconcile(
         &self,
         _: &DesiredTable,
@@ -247,7 +256,7 @@ pub(crate) async fn reconcile<C: TableCatalog>(
     let mut quiesced = false;
     for attempt in 1..=4 {
         let outcome = async {
-            let before = catalog.describe(&table).await?;
+            let before = catalog.describe_for_write(&table).await?;
             let schema = match presented(
                 &request.schema,
                 before.as_ref(),
@@ -274,7 +283,7 @@ pub(crate) async fn reconcile<C: TableCatalog>(
             if request.register {
                 catalog.register_sink(&table, sink).await?;
             }
-            let live = catalog.describe(&table).await?;
+            let live = catalog.describe_for_write(&table).await?;
             Ok::<_, CatalogError>(Ok((outcome, live)))
         }
         .await;

@@ -43,6 +43,13 @@ struct Table {
     properties: BTreeMap<String, String>,
     comment: Option<String>,
     table_id: String,
+    /// `table_type` and `data_source_format` (`MANAGED`, `DELTA` unless a test says).
+    kind: (String, String),
+}
+
+/// What the stub makes a table: a managed Delta table, as `CREATE TABLE` on a warehouse does.
+fn managed_delta() -> (String, String) {
+    ("MANAGED".to_owned(), "DELTA".to_owned())
 }
 
 #[derive(Debug)]
@@ -207,8 +214,39 @@ impl UcStub {
                 properties: BTreeMap::new(),
                 comment: None,
                 table_id,
+                kind: managed_delta(),
             },
         );
+    }
+
+    /// Sets a table's `table_type` and `data_source_format` (e.g. `EXTERNAL`, `DELTA`: a table
+    /// Zerobus cannot write).
+    pub fn set_kind(&self, table: &str, table_type: &str, data_source_format: &str) {
+        if let Some(t) = self.lock().tables.get_mut(table) {
+            t.kind = (table_type.to_owned(), data_source_format.to_owned());
+        }
+    }
+
+    /// Drops `table` and creates it again with the same columns and properties: a new
+    /// `table_id` under the same name.
+    pub fn recreate(&self, table: &str) {
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        let table_id = format!("00000000-0000-4000-8000-{:012}", inner.next_id);
+        if let Some(t) = inner.tables.get_mut(table) {
+            t.table_id = table_id;
+        }
+    }
+
+    /// Drops `table`.
+    pub fn drop_table(&self, table: &str) {
+        self.lock().tables.remove(table);
+    }
+
+    /// A table's `table_id`.
+    #[must_use]
+    pub fn table_id(&self, table: &str) -> Option<String> {
+        self.lock().tables.get(table).map(|t| t.table_id.clone())
     }
 
     /// Temporary credentials answer with this JSON object (merged with `url` and
@@ -392,7 +430,7 @@ async fn get_table(
         .collect();
     let mut body = json!({
         "name": parts.get(2), "catalog_name": parts.first(), "schema_name": parts.get(1), "full_name": full_name,
-        "table_type": "MANAGED", "data_source_format": "DELTA", "columns": columns, "properties": t.properties,
+        "table_type": t.kind.0, "data_source_format": t.kind.1, "columns": columns, "properties": t.properties,
         "table_id": t.table_id, "created_at": "1795956061788",
         "storage_location": format!("s3://stub-bucket/{}", t.table_id),
     });
@@ -575,6 +613,7 @@ fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
                     properties,
                     comment: None,
                     table_id,
+                    kind: managed_delta(),
                 },
             );
             Ok(())

@@ -16,6 +16,14 @@
 //!
 //! Reconciling is idempotent under concurrent callers: a commit that loses a race (another
 //! sink created the table, or changed it, first) describes the table again and plans again.
+//!
+//! The service's table requirements ([`requirements`](crate::requirements)) hold here as in
+//! Unity Catalog: a local table is the catalog's own, so it is `MANAGED` (and `DELTA`) unless
+//! its property [`TABLE_TYPE_PROPERTY`] names another type (`EXTERNAL`, say: how tests, and
+//! `zerobus-local`, which reads the same property, make a table Zerobus must refuse). Its id is
+//! the Delta metadata's id, so a table dropped and made again under the same name is a new
+//! table. A table whose protocol has catalog-managed commits cannot even be opened by delta-rs;
+//! describing it reads the protocol from its log and names the feature instead.
 
 pub mod coverage_store;
 mod read;
@@ -41,20 +49,30 @@ use crate::error::CatalogError;
 use crate::live::{LiveColumn, LiveTable, Protocol};
 use crate::plan::{Action, Policy, plan};
 use crate::primary_raw::PrimaryRawShape;
+use crate::requirements::{CATALOG_MANAGED_FEATURES, FirstSeen, MANAGED_TABLE_TYPE, Requirement};
 use crate::table_ref::TableRef;
 use crate::types::{DeltaType, field_json};
+
+/// The table property that gives a local table a Unity Catalog table type other than
+/// `MANAGED` (e.g. `EXTERNAL`): the local backend has no table types of its own.
+pub const TABLE_TYPE_PROPERTY: &str = "zerobus-local.table_type";
 
 /// Delta tables under a root folder.
 #[derive(Clone, Debug)]
 pub struct LocalDelta {
     root: PathBuf,
+    /// The table ids first described for writing; clones share them.
+    seen: FirstSeen,
 }
 
 impl LocalDelta {
     /// Tables live under `root`, which is created if absent.
     #[must_use]
     pub fn new(root: impl Into<PathBuf>) -> LocalDelta {
-        LocalDelta { root: root.into() }
+        LocalDelta {
+            root: root.into(),
+            seen: FirstSeen::new(),
+        }
     }
 
     /// Where `table` lives.
@@ -274,6 +292,31 @@ fn kernel_fields(
         .collect()
 }
 
+/// The catalog-managed commit feature the last protocol action in the table's JSON commits
+/// names, if any (read directly: delta-rs cannot open such a table).
+fn logged_catalog_managed(location: &Path) -> Option<String> {
+    let mut commits: Vec<PathBuf> = std::fs::read_dir(location.join("_delta_log"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    commits.sort();
+    let protocol = commits.iter().rev().find_map(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines()
+            .rev()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find_map(|action| action.get("protocol").cloned())
+    })?;
+    ["writerFeatures", "readerFeatures"]
+        .iter()
+        .filter_map(|key| protocol.get(key).and_then(serde_json::Value::as_array))
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .find(|f| CATALOG_MANAGED_FEATURES.contains(f))
+        .map(str::to_owned)
+}
+
 fn is_delta_table(path: &Path) -> bool {
     path.join("_delta_log").is_dir()
         && std::fs::read_dir(path.join("_delta_log")).is_ok_and(|mut d| d.next().is_some())
@@ -281,10 +324,24 @@ fn is_delta_table(path: &Path) -> bool {
 
 impl TableCatalog for LocalDelta {
     async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
-        if !is_delta_table(&self.location(table)) {
+        let location = self.location(table);
+        if !is_delta_table(&location) {
             return Ok(None);
         }
-        let t = self.open(table).await?;
+        let t = match self.open(table).await {
+            Ok(t) => t,
+            Err(e) => {
+                // delta-rs cannot load a catalog-managed table (it wants the catalog's commits):
+                // say which requirement that breaks rather than how the open failed.
+                return match logged_catalog_managed(&location) {
+                    Some(feature) => Err(CatalogError::Unwritable {
+                        table: table.full_name(),
+                        broken: vec![Requirement::NoCatalogManagedCommits { feature }],
+                    }),
+                    None => Err(e),
+                };
+            }
+        };
         let snapshot = t.snapshot().map_err(|e| delta_err(table, "snapshot", e))?;
         let schema = serde_json::to_value(snapshot.schema().as_ref())
             .map_err(|e| delta_err(table, "read schema", e))?;
@@ -330,15 +387,29 @@ impl TableCatalog for LocalDelta {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let table_type = properties
+            .get(TABLE_TYPE_PROPERTY)
+            .map_or(MANAGED_TABLE_TYPE, String::as_str)
+            .to_ascii_uppercase();
         Ok(Some(LiveTable {
             table: table.clone(),
             columns,
             comment: metadata.description().map(str::to_owned),
-            properties,
             table_id: Some(metadata.id().to_owned()),
             storage_location: Some(self.url(table)?.to_string()),
             protocol: Some(protocol_of(snapshot.protocol())),
+            table_type: Some(table_type),
+            data_source_format: Some(crate::requirements::DELTA_FORMAT.to_owned()),
+            properties,
         }))
+    }
+
+    async fn describe_for_write(
+        &self,
+        table: &TableRef,
+    ) -> Result<Option<LiveTable>, CatalogError> {
+        let live = self.describe(table).await?;
+        self.seen.admit(table, live)
     }
 
     async fn reconcile(
@@ -426,7 +497,7 @@ impl LocalDelta {
         policy: &Policy,
     ) -> Result<ReconcileOutcome, CatalogError> {
         let table = &desired.table;
-        let live = self.describe(table).await?;
+        let live = self.describe_for_write(table).await?;
         let plan = plan(live.as_ref(), desired, policy);
         let refusals = plan.refusals();
         if !refusals.is_empty() {

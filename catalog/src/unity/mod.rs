@@ -38,6 +38,7 @@ use crate::desired::DesiredTable;
 use crate::error::CatalogError;
 use crate::live::{LiveColumn, LiveTable, Protocol};
 use crate::plan::{Action, Policy, ReconcilePlan, plan};
+use crate::requirements::FirstSeen;
 use crate::table_ref::TableRef;
 use crate::types::DeltaType;
 
@@ -86,6 +87,8 @@ pub struct UnityCatalog {
     config: UnityConfig,
     http: reqwest::Client,
     tokens: TokenSource,
+    /// The table ids first described for writing (a recreated table is refused).
+    seen: FirstSeen,
 }
 
 impl UnityCatalog {
@@ -108,6 +111,7 @@ impl UnityCatalog {
             config,
             http,
             tokens,
+            seen: FirstSeen::new(),
         })
     }
 
@@ -504,7 +508,17 @@ impl TableCatalog for UnityCatalog {
             properties: info.properties,
             table_id: info.table_id,
             storage_location: info.storage_location,
+            table_type: info.table_type,
+            data_source_format: info.data_source_format,
         }))
+    }
+
+    async fn describe_for_write(
+        &self,
+        table: &TableRef,
+    ) -> Result<Option<LiveTable>, CatalogError> {
+        let live = self.describe(table).await?;
+        self.seen.admit(table, live)
     }
 
     async fn reconcile(
@@ -517,7 +531,7 @@ impl TableCatalog for UnityCatalog {
         // Describe, plan, execute; then again, until the plan is empty: a statement that lost a
         // race (or ran twice) plans again, and the last pass proves the table is as wanted.
         for _ in 0..4 {
-            let live = self.describe(&desired.table).await?;
+            let live = self.describe_for_write(&desired.table).await?;
             let plan = plan(live.as_ref(), desired, policy);
             let refusals = plan.refusals();
             if !refusals.is_empty() {

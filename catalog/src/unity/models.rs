@@ -54,6 +54,10 @@ pub(crate) struct TableInfo {
     pub(crate) table_id: Option<String>,
     #[serde(default)]
     pub(crate) storage_location: Option<String>,
+    #[serde(default)]
+    pub(crate) table_type: Option<String>,
+    #[serde(default)]
+    pub(crate) data_source_format: Option<String>,
     #[serde(default, deserialize_with = "int64_lenient")]
     #[allow(dead_code)]
     pub(crate) created_at: Option<i64>,

@@ -212,6 +212,8 @@ pub(crate) fn live_of(name: &str, schema: &Schema) -> LiveTable {
         table_id: None,
         storage_location: None,
         protocol: None,
+        table_type: Some("MANAGED".into()),
+        data_source_format: Some("DELTA".into()),
     }
 }
 

@@ -15,7 +15,8 @@ pub struct TablePlan {
     /// The table.
     pub table: String,
     /// The plan (its actions, possibly none, and its refusals), or why none could be made
-    /// (no schema, the catalog unreachable, a column no rule converts).
+    /// (no schema, the catalog unreachable, a table Zerobus cannot write, a column no rule
+    /// converts).
     pub outcome: Result<ReconcilePlan, String>,
 }
 
@@ -33,7 +34,10 @@ impl SinkFile {
             let outcome = async {
                 let schema = build::schema_for(i, t, &schemas).map_err(|e| e.to_string())?;
                 let table = TableRef::parse(&t.name).map_err(|e| e.to_string())?;
-                let live = catalog.describe(&table).await.map_err(|e| e.to_string())?;
+                let live = catalog
+                    .describe_for_write(&table)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let conversions = build::conversions(t);
                 let shown = presented(&schema, live.as_ref(), &policy, conversions)
                     .map_err(|refusals| crate::boundary::joined(&refusals, usize::MAX))?;

@@ -17,7 +17,11 @@
 //! serves the Delta tables under `--tables` (the local catalog backend's root: create them with
 //! `zerobus_sink_catalog::local::LocalDelta`, or let the sink provision them): a stream for a
 //! table that does not exist gets `NOT_FOUND`, one whose schema does not fit gets
-//! `SCHEMA_VALIDATION_FAILED`, and acked rows land in the table about `--materialize-lag-ms`
+//! `SCHEMA_VALIDATION_FAILED`, one for a table the service could not write gets
+//! `INVALID_ARGUMENT` (a table or column name of other characters than ASCII letters, digits
+//! and underscores, catalog-managed commits, a table property `zerobus-local.table_type` other
+//! than `MANAGED`), a stream whose table is recreated under it ends `FAILED_PRECONDITION`,
+//! and acked rows land in the table about `--materialize-lag-ms`
 //! later, exactly once across restarts. Ctrl-C or SIGTERM stops it, materializes what is logged and prints
 //! its counters (never a bearer token). A restart on the same directories carries on. With
 //! `--metrics-addr` it serves the same counters for Prometheus at `/metrics`.

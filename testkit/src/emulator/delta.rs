@@ -5,7 +5,10 @@
 //! - **At open** a stream's table must exist (`NOT_FOUND` otherwise) and its schema must fit the
 //!   table (`INVALID_ARGUMENT` with a `SCHEMA_VALIDATION_FAILED` `ErrorInfo` naming the causes
 //!   otherwise, PROTOCOL.md C.2): every field a column of the table, of the same Delta type; every
-//!   `NOT NULL` column present.
+//!   `NOT NULL` column present. Before that, the table must be one the service writes to (its
+//!   names, managed, no catalog-managed commits; `INVALID_ARGUMENT` otherwise), and it must not
+//!   be recreated while the stream writes (`FAILED_PRECONDITION`): the emulator's
+//!   `requirements` module.
 //! - **After the ack** the rows are in the write-ahead log (durable). A materializer appends them
 //!   to the table's Delta log asynchronously: every `lag`, everything logged since the last round
 //!   goes into one commit, so a read right after a write may not see it yet, as with the service.

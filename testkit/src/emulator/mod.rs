@@ -23,6 +23,7 @@ mod materializer;
 mod oauth;
 mod profile;
 mod prometheus;
+mod requirements;
 mod service;
 mod socket;
 pub mod wal;
@@ -317,6 +318,10 @@ pub struct Stats {
     pub fallback_rows: u64,
     /// Parquet files written to fallback directories.
     pub fallback_files: u64,
+    /// Streams ended for a table that breaks the service's table requirements, by requirement
+    /// (`table_name`, `column_name`, `managed_delta`, `catalog_managed_commits`, `recreated`);
+    /// each is also in `errors`.
+    pub table_refusals: BTreeMap<&'static str, u64>,
 }
 
 impl std::fmt::Debug for Stats {
@@ -347,6 +352,7 @@ impl std::fmt::Debug for Stats {
             .field("repeated_acks", &self.repeated_acks)
             .field("fallback_rows", &self.fallback_rows)
             .field("fallback_files", &self.fallback_files)
+            .field("table_refusals", &self.table_refusals)
             .finish()
     }
 }

@@ -88,6 +88,18 @@ impl Stats {
         for (code, n) in &self.refused {
             let _ = writeln!(out, "zerobus_local_refused_total{{code=\"{code}\"}} {n}");
         }
+        let _ = writeln!(
+            out,
+            "# HELP zerobus_local_table_refusals_total streams ended for a table that breaks the \
+             service's table requirements, by requirement"
+        );
+        let _ = writeln!(out, "# TYPE zerobus_local_table_refusals_total counter");
+        for (requirement, n) in &self.table_refusals {
+            let _ = writeln!(
+                out,
+                "zerobus_local_table_refusals_total{{requirement=\"{requirement}\"}} {n}"
+            );
+        }
         let gauges: [(&str, &str, u64); 2] = [
             (
                 "max_open_per_table",

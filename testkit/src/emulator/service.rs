@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::limits::Pace;
 use super::socket::KillSwitch;
 use super::wal::Wal;
-use super::{Fault, Shared, delta, frame};
+use super::{Fault, Shared, delta, frame, requirements};
 
 type Reply = Result<PutResult, Status>;
 type Unimplemented<T> = Nothing<Result<T, Status>>;
@@ -299,6 +299,10 @@ impl Connection {
         if let Some(Fault::RejectSchema { causes }) = &self.fault {
             return self.fail(delta::schema_rejected(&self.call.table, causes, ""));
         }
+        let watch = match requirements::at_open(&self.shared, &self.call.table).await {
+            Ok(watch) => watch,
+            Err(status) => return self.fail(status),
+        };
         if let Some(root) = &self.shared.config.delta_root {
             match delta::check_stream(root, &self.call.table, &schema).await {
                 Err(status) => return self.fail(status),
@@ -405,15 +409,17 @@ impl Connection {
             let _ = tx.send(Item::End);
         };
         tokio::spawn(reader);
-        self.write(first, rx, writer_unacked).await;
+        self.write(first, rx, writer_unacked, watch).await;
     }
 
-    /// Group commit: log everything available, sync, ack; apply the connection's fault.
+    /// Group commit: log everything available, sync, ack; apply the connection's fault. A
+    /// table recreated since the stream opened (`watch`) ends it before its group is logged.
     async fn write(
         self,
         schema: FlightData,
         mut rx: mpsc::UnboundedReceiver<Item>,
         unacked: Arc<Unacked>,
+        watch: Option<requirements::Watch>,
     ) {
         let latency = self.shared.config.ack_latency;
         let limits = self.shared.config.stream_limits;
@@ -477,6 +483,9 @@ impl Connection {
                 group_permits = group_permits.saturating_add(m.permits);
                 last = i64::try_from(m.offset).unwrap_or(i64::MAX);
                 messages += 1;
+            }
+            if let Some(Err(status)) = watch.as_ref().map(|w| w.unchanged(&self.shared)) {
+                return self.fail(status);
             }
             if let Err(e) = self.wal.append(schema.take().as_ref(), &frames).await {
                 return self.fail(Status::internal(format!(
