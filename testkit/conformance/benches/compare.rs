@@ -61,6 +61,10 @@
 //! as acks free room. `ZEROBUS_BENCH_BARE_WINDOW` gives the bare client a window too.
 //! `ZEROBUS_BENCH_COALESCE` sets ours' `coalesce_bytes` (0: every batch its own message, as
 //! the other clients send them; default the sink's, `COALESCE_BYTES`).
+//! `ZEROBUS_BENCH_REALISTIC=1` gives the emulator the service's HTTP/2 windows (32 MiB a
+//! connection, 2 MiB a stream) and its buffer of 50,000 unacked rows per stream, as
+//! `zerobus-local --realistic` (whose publication lag does not matter here), on the one-table
+//! cells of 1 and 4 streams at every time to durability, with and without limits.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +80,9 @@ use tokio::runtime::Runtime;
 use zerobus_sink::{
     Batch, Confirmation, FailedBatch, FailureReason, PoolSizing, Raw, Token, WindowLimits,
 };
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, StreamLimits};
+use zerobus_sink_testkit::emulator::{
+    Emulator, EmulatorConfig, Http2Windows, SERVICE_UNACKED_ROWS, StreamLimits,
+};
 use zerobus_sink_tokio::health::{Phase, TableHealth};
 use zerobus_sink_tokio::{
     COALESCE_BYTES, Confirmer, IsolatedRows, Sink, TableDef, ZerobusConfig, ZerobusSink,
@@ -794,6 +800,7 @@ fn system_shares(runs: &[Vec<Run>]) -> String {
 
 fn main() {
     let quick = std::env::var("ZEROBUS_BENCH_QUICK").is_ok();
+    let realistic = std::env::var("ZEROBUS_BENCH_REALISTIC").is_ok();
     let reps: usize = env("ZEROBUS_BENCH_REPS", 3);
     let emulator_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -809,6 +816,8 @@ fn main() {
         .expect("runtime");
     let (streams, sizes, latencies): (&[u16], &[i64], &[u64]) = if quick {
         (&[1, 4], &[100, 10_000], &[0, 200])
+    } else if realistic {
+        (&[1, 4], &[100, 1_000, 10_000], &[0, 50, 200])
     } else {
         (&[1, 2, 4, 8], &[100, 1_000, 10_000], &[0, 50, 200])
     };
@@ -821,7 +830,9 @@ fn main() {
     let mut cells = Vec::new();
     for &latency_ms in latencies {
         for limits in [true, false] {
-            if !limits && latency_ms > 0 {
+            // Without limits only at 0 ms, except against the service's buffer: there the
+            // time to durability is what the buffer is measured against.
+            if !limits && latency_ms > 0 && !realistic {
                 continue;
             }
             for &s in streams {
@@ -843,7 +854,12 @@ fn main() {
     // each, 1,000-row batches spread over them in turn, the other clients' streams each fed by
     // a task of its own, then every client fed by one task.
     let tables = env("ZEROBUS_BENCH_TABLES", 50);
-    for source in [Source::Split, Source::One] {
+    let sources: &[Source] = if realistic {
+        &[]
+    } else {
+        &[Source::Split, Source::One]
+    };
+    for &source in sources {
         for (limits, latency_ms) in [(false, 0), (true, 200)] {
             cells.push(Cell {
                 limits,
@@ -859,7 +875,12 @@ fn main() {
     // One stream of wide rows (`ZEROBUS_BENCH_PAYLOAD`, default 1,000 bytes of log-like text a
     // row): 1 MB and 10 MB batches, compression the client's work.
     let payload = env("ZEROBUS_BENCH_PAYLOAD", 1_000);
-    for (limits, rows) in [(false, 1_000), (false, 10_000), (true, 1_000)] {
+    let wide: &[(bool, i64)] = if realistic {
+        &[]
+    } else {
+        &[(false, 1_000), (false, 10_000), (true, 1_000)]
+    };
+    for &(limits, rows) in wide {
         cells.push(Cell {
             limits,
             latency_ms: 0,
@@ -913,6 +934,13 @@ fn main() {
             .keep_batches(false);
         if cell.limits {
             config = config.stream_limits(StreamLimits::quotas());
+        }
+        if realistic {
+            // The service's windows and per-stream buffer (the publication lag is moot: no
+            // tables here).
+            config = config
+                .http2_windows(Http2Windows::SERVICE)
+                .max_unacked_rows(SERVICE_UNACKED_ROWS);
         }
         let emu = emulator_rt
             .block_on(Emulator::start(config))
