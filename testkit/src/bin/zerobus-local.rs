@@ -126,6 +126,9 @@ enum Limits {
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
+    // Listen for the stop signals before saying where we listen: a stop asked for right after
+    // that line (a script, a test) must still be graceful, not the default action's kill.
+    let stopped = stopped();
     let mut config = EmulatorConfig::new(flags.wal_dir)
         .delta_root(flags.tables)
         .ack_latency(Duration::from_millis(flags.ack_latency_ms))
@@ -211,7 +214,7 @@ async fn main() -> ExitCode {
         },
         None => None,
     };
-    stopped().await;
+    stopped.await;
     if let Some(server) = server {
         server.abort();
         let _ = server.await;
@@ -225,25 +228,32 @@ async fn main() -> ExitCode {
 }
 
 /// Ctrl-C, or SIGTERM (what a container runtime sends): either stops the emulator gracefully,
-/// materializing what its log holds.
-async fn stopped() {
+/// materializing what its log holds. The handlers are installed when this is called, not when
+/// the future is first polled.
+fn stopped() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    r = tokio::signal::ctrl_c() => if let Err(e) = r {
-                        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
-                    },
-                    _ = term.recv() => eprintln!("zerobus-local: SIGTERM: stopping"),
-                }
-                return;
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut int), Ok(mut term)) => {
+                return futures::future::Either::Left(async move {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => eprintln!("zerobus-local: SIGTERM: stopping"),
+                    }
+                });
             }
-            Err(e) => eprintln!("zerobus-local: cannot listen for SIGTERM: {e}"),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("zerobus-local: cannot listen for SIGINT/SIGTERM: {e}");
+            }
         }
     }
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        eprintln!("zerobus-local: waiting for ctrl-c: {e}");
-    }
+    futures::future::Either::Right(async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("zerobus-local: waiting for ctrl-c: {e}");
+        }
+    })
 }
