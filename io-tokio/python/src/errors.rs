@@ -64,7 +64,11 @@ pub(crate) fn input(message: String) -> PyErr {
 
 /// The sink is closed.
 pub(crate) fn closed(what: &str) -> PyErr {
-    plain("ClosedError", format!("{what}: the sink is closed"), "closed")
+    plain(
+        "ClosedError",
+        format!("{what}: the sink is closed"),
+        "closed",
+    )
 }
 
 /// A source position that does not follow the previous one of its partition.
@@ -87,11 +91,7 @@ pub(crate) fn config(e: &ConfigFileError) -> PyErr {
 }
 
 /// Batches handed back undelivered.
-pub(crate) fn delivery(
-    message: String,
-    table: Option<String>,
-    failures: Vec<Py<PyAny>>,
-) -> PyErr {
+pub(crate) fn delivery(message: String, table: Option<String>, failures: Vec<Py<PyAny>>) -> PyErr {
     build(
         "DeliveryError",
         message,

@@ -18,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sink::NativeSink>()?;
     m.add_class::<arrow_out::Rows>()?;
     m.add_function(wrap_pyfunction!(logs::flush_logs, m)?)?;
+    m.add_function(wrap_pyfunction!(logs::stop_logs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -17,8 +17,17 @@ use tracing_subscriber::prelude::*;
 /// Python's numeric level below which events are not forwarded (WARNING by default).
 static THRESHOLD: AtomicU8 = AtomicU8::new(30);
 
+/// Held by the forwarding thread while it calls into Python, and set once the interpreter is
+/// exiting (`atexit`): from then on records are dropped. A thread that takes the GIL while
+/// the interpreter finalizes is ended by CPython (< 3.14) with `pthread_exit`, which aborts
+/// the process when it unwinds through Rust frames.
+static EXITING: Mutex<bool> = Mutex::new(false);
+
 enum Item {
-    Record { level: u8, message: String },
+    Record {
+        level: u8,
+        message: String,
+    },
     /// Answered once every record queued before it was handed to `logging`.
     Flush(SyncSender<()>),
 }
@@ -39,13 +48,19 @@ fn forward(rx: &Receiver<Item>) {
     while let Ok(item) = rx.recv() {
         match item {
             Item::Record { level, message } => {
-                // After the interpreter finalised there is nobody to log to.
+                let exiting = EXITING
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *exiting {
+                    return;
+                }
                 let delivered = Python::try_attach(|py| {
                     let _ = py
                         .import("logging")
                         .and_then(|l| l.call_method1("getLogger", ("zerobus_sink",)))
                         .and_then(|logger| logger.call_method1("log", (level, "%s", message)));
                 });
+                drop(exiting);
                 if delivered.is_none() {
                     return;
                 }
@@ -74,6 +89,17 @@ pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
         .unwrap_or(u8::MAX);
     THRESHOLD.store(level, Ordering::Relaxed);
     Ok(())
+}
+
+/// Stops forwarding for good; registered with `atexit` by the package. Waits (GIL released)
+/// for a record being handed over to finish.
+#[pyfunction]
+pub(crate) fn stop_logs(py: Python<'_>) {
+    py.detach(|| {
+        *EXITING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+    });
 }
 
 /// Waits until every event so far has reached `logging` (GIL released while waiting).

@@ -54,7 +54,9 @@ pub(crate) struct Failure {
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// No more confirmations will come: readers waiting for one return.
@@ -115,7 +117,11 @@ impl Shared {
     /// Every failure so far.
     pub(crate) fn all_failures(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let state = self.lock();
-        state.failures.iter().map(|f| failure_object(py, f)).collect()
+        state
+            .failures
+            .iter()
+            .map(|f| failure_object(py, f))
+            .collect()
     }
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct NativeSink {
     auto: HashMap<String, i64>,
     endpoint: String,
     drain: Duration,
+    /// The summary `close` returned: a second `close` returns it again.
+    closed: Option<Py<PyDict>>,
 }
 
 impl NativeSink {
@@ -228,6 +230,7 @@ impl NativeSink {
             auto: HashMap::new(),
             endpoint: effective.endpoint,
             drain: file.drain(),
+            closed: None,
         })
     }
 
@@ -292,7 +295,14 @@ impl NativeSink {
     /// Drains for up to `timeout` seconds (the settings' `shutdown.drain` if `None`), then
     /// stops; returns the summary. Raises DeliveryError if anything was handed back undelivered.
     #[pyo3(signature = (timeout=None))]
-    fn close<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
+    fn close<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if let Some(summary) = &self.closed {
+            return Ok(summary.bind(py).clone());
+        }
         let within = match timeout {
             Some(t) if t.is_finite() && t >= 0.0 => Duration::from_secs_f64(t),
             Some(t) => {
@@ -320,6 +330,7 @@ impl NativeSink {
         summary.set_item("failed_batches", report.failed_batches)?;
         summary.set_item("elapsed", report.elapsed.as_secs_f64())?;
         summary.set_item("text", report.to_string())?;
+        self.closed = Some(summary.clone().unbind());
         let unreported = self.shared.take_unreported(py)?;
         if !unreported.is_empty() {
             return Err(errors::delivery(
@@ -340,7 +351,9 @@ impl NativeSink {
         let sink = self.sink.clone();
         // The observer never waits behind a send waiting for room.
         let observer = runtime::wait(py, async move {
-            sink.try_lock().ok().and_then(|g| g.as_ref().map(ZerobusSink::observer))
+            sink.try_lock()
+                .ok()
+                .and_then(|g| g.as_ref().map(ZerobusSink::observer))
         })?;
         let Some(observer) = observer else {
             return Ok(None);

@@ -22,6 +22,7 @@ The import name is ``zerobus_sink``; Databricks' own SDK is ``zerobus``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -59,6 +60,9 @@ __all__ = [
 __version__: str = _native.__version__
 
 _log = logging.getLogger("zerobus_sink")
+
+# The sink's log records stop before the interpreter finalizes (see _native.stop_logs).
+atexit.register(_native.stop_logs)
 
 Source = Union[Tuple[int, int], Tuple[str, int, int]]
 
