@@ -1,12 +1,13 @@
 //! The Databricks recovery path (Iceberg REST with vended credentials) against a loopback stub:
 //! the request's shape, the metadata, Avro manifests, column names by Parquet field id, zstd
-//! Parquet, deduplication and the metadata's lag.
+//! Parquet, deduplication and the metadata's lag, on `file://` locations (object storage:
+//! `object_storage.rs`).
 //!
 //! Mocked, because none of it can run here: Unity Catalog's Iceberg REST endpoint (the stub
 //! below answers `loadTable` as the Iceberg REST specification describes it) and the files an
 //! Iceberg writer makes (written here with apache-avro and the Parquet writer, following the
 //! Iceberg table specification's manifest schemas; they share our reading of that
-//! specification). Reading from cloud object storage is not built and not tested.
+//! specification).
 #![cfg(feature = "iceberg")]
 
 use std::collections::HashMap;
@@ -28,12 +29,13 @@ use parquet::file::properties::WriterProperties;
 use serde_json::{Value, json};
 use zerobus_sink::{Coverage, CoverageRange};
 use zerobus_sink_catalog::recovery::{Lag, Recover, RecoveryError};
-use zerobus_sink_catalog::unity::iceberg::data_files;
 use zerobus_sink_catalog::unity::{Auth, Secret, UnityCatalog, UnityConfig};
 use zerobus_sink_catalog::{CloudCredentials, TableRef};
 
 const TOKEN: &str = "dapi-test-token-0123456789";
 const SECRET_KEY: &str = "vended-secret-access-key-abcdef";
+/// Far in the future: these credentials are never re-vended.
+const EXPIRES_AT_MS: i64 = 4_102_444_800_000;
 
 /// The columns: field id, Iceberg name, Arrow type (the physical Parquet names are `col-<id>`,
 /// as a column-mapped table writes them).
@@ -93,6 +95,7 @@ async fn load_table(
             "s3.access-key-id": "ASIAEXAMPLE",
             "s3.secret-access-key": SECRET_KEY,
             "s3.session-token": "vended-session-token",
+            "s3.session-token-expires-at-ms": EXPIRES_AT_MS.to_string(),
         },
     }))
 }
@@ -342,6 +345,7 @@ async fn the_loaded_table_carries_vended_credentials_and_never_shows_them() {
         .snapshots
         .push(manifest_list(&f.path, "snap.avro", &[(0, &m)]));
     let loaded = catalog(&url).load_iceberg_table(&raw()).await.unwrap();
+    assert_eq!(loaded.expires_at_ms, Some(EXPIRES_AT_MS));
     let CloudCredentials::Aws {
         access_key_id,
         secret_access_key,
@@ -360,11 +364,12 @@ async fn the_loaded_table_carries_vended_credentials_and_never_shows_them() {
         "{shown}"
     );
     assert_eq!(loaded.columns.get(&1).map(String::as_str), Some("order_id"));
-    assert_eq!(data_files(&loaded).unwrap(), vec![a]);
+    let catalog = catalog(&url);
+    assert_eq!(catalog.iceberg_data_files(&loaded).await.unwrap(), vec![a]);
 }
 
 #[tokio::test]
-async fn delete_files_and_object_storage_are_refused_by_name() {
+async fn delete_files_and_unknown_storage_are_refused_by_name() {
     let f = files();
     let (url, stub) = start_stub().await;
     let a = data_file(&f.path, "a.parquet", &[(0, 9)], 0);
@@ -377,7 +382,11 @@ async fn delete_files_and_object_storage_are_refused_by_name() {
     ));
     let catalog = catalog(&url);
     let loaded = catalog.load_iceberg_table(&raw()).await.unwrap();
-    let err = data_files(&loaded).unwrap_err().to_string();
+    let err = catalog
+        .iceberg_data_files(&loaded)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("deletes.avro") && err.contains("delete files"),
         "{err}"
@@ -386,7 +395,7 @@ async fn delete_files_and_object_storage_are_refused_by_name() {
     let remote = manifest(
         &f.path,
         "remote.avro",
-        &[(1, 0, "s3://bucket/orders/data/x.parquet")],
+        &[(1, 0, "hdfs://namenode/orders/data/x.parquet")],
     );
     stub.lock()
         .unwrap()
@@ -399,7 +408,7 @@ async fn delete_files_and_object_storage_are_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("s3://bucket/orders/data/x.parquet") && err.contains("not built yet"),
+        err.contains("hdfs://namenode/orders/data/x.parquet") && err.contains("is not read"),
         "{err}"
     );
     assert!(!err.contains(SECRET_KEY));
