@@ -226,7 +226,10 @@ fn credentials(config: &BTreeMap<String, String>) -> CloudCredentials {
             session_token: get("s3.session-token").unwrap_or_default(),
         };
     }
-    if let Some((_, sas)) = config.iter().find(|(k, _)| k.starts_with("adls.sas-token")) {
+    if let Some((_, sas)) = config
+        .iter()
+        .find(|(k, _)| k.starts_with("adls.sas-token."))
+    {
         return CloudCredentials::AzureSas(sas.clone());
     }
     if let Some(token) = get("gcs.oauth2.token") {
@@ -312,7 +315,11 @@ impl UnityCatalog {
 }
 
 /// Every record of the Avro file `bytes`, read from `location`.
-fn avro_records(table: &TableRef, location: &str, bytes: &[u8]) -> Result<Vec<Avro>, RecoveryError> {
+fn avro_records(
+    table: &TableRef,
+    location: &str,
+    bytes: &[u8],
+) -> Result<Vec<Avro>, RecoveryError> {
     let read = |message: String| read_error(table, location, message);
     let reader = apache_avro::Reader::new(bytes).map_err(|e| read(e.to_string()))?;
     reader.map(|r| r.map_err(|e| read(e.to_string()))).collect()

@@ -20,9 +20,9 @@
 mod auth;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
+mod models;
 #[cfg(feature = "iceberg")]
 pub mod storage;
-mod models;
 
 use std::time::Duration;
 

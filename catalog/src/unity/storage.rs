@@ -191,13 +191,19 @@ pub(crate) fn scrub(access: &StorageAccess, message: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Place {
     Local(String),
-    S3 { bucket: String, path: String },
+    S3 {
+        bucket: String,
+        path: String,
+    },
     Azure {
         account: String,
         container: String,
         path: String,
     },
-    Gcs { bucket: String, path: String },
+    Gcs {
+        bucket: String,
+        path: String,
+    },
 }
 
 impl Place {
@@ -228,7 +234,9 @@ impl Place {
                 bucket: authority.to_owned(),
                 path,
             }),
-            other => Err(format!("{other}:// storage is not read (s3, abfss, gs, file)")),
+            other => Err(format!(
+                "{other}:// storage is not read (s3, abfss, gs, file)"
+            )),
         }
     }
 
