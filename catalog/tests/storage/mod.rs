@@ -227,11 +227,12 @@ async fn forward(
         let mut served = faults.served.lock().unwrap();
         served.push(key.clone());
         let mut after = faults.expire_after.lock().unwrap();
-        if let Some((k, n)) = after.as_ref() {
-            if *k == key && served.iter().filter(|s| **s == key).count() as u32 >= *n {
-                faults.expired.lock().unwrap().insert(key);
-                *after = None;
-            }
+        if let Some((k, n)) = after.as_ref()
+            && *k == key
+            && served.iter().filter(|s| **s == key).count() as u32 >= *n
+        {
+            faults.expired.lock().unwrap().insert(key);
+            *after = None;
         }
     }
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
