@@ -18,8 +18,8 @@
 //!   [`Lag::deadline`].
 //!
 //! [`Recover`] is the backend's half. The local backend implements it with delta-rs
-//! ([`LocalDelta`](crate::local::LocalDelta)); the Databricks path (Iceberg REST with vended
-//! credentials) is not built yet.
+//! ([`LocalDelta`](crate::local::LocalDelta)); the Databricks one reads through Iceberg REST,
+//! with vended credentials, from cloud object storage (`unity::iceberg`, feature `iceberg`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;

@@ -15,10 +15,11 @@
 //!    the column names), then [`select`](crate::recovery::select) the range as the local path
 //!    does, waiting out the metadata's lag.
 //!
-//! What is not built: reading data files from cloud object storage (`s3://`, `abfss://`,
-//! `gs://`) with the vended credentials; only `file://` locations (and plain paths) are read,
-//! and any other scheme fails naming it. The request shapes, the metadata, the Avro manifests,
-//! the field-id mapping and zstd Parquet are tested against a loopback stub.
+//! Every file (manifest list, manifests, data files) is read from where the metadata says:
+//! `s3://`, `abfss://`, `gs://` or `file://`, with the vended credentials, re-vended before
+//! they expire and when storage refuses them ([`storage`](super::storage)). The request shapes,
+//! the metadata, the Avro manifests, the field-id mapping and zstd Parquet are tested against a
+//! loopback stub; the object storage against moto's S3 server and Azurite.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,7 @@ use serde::Deserialize;
 use zerobus_sink::{Coverage, CoverageRange};
 
 use super::UnityCatalog;
+use super::storage::{StorageAccess, TableFiles, expiry, public_config};
 use crate::catalog::CloudCredentials;
 use crate::error::CatalogError;
 use crate::recovery::{Lag, Recover, Recovered, RecoveryError, until_visible};
@@ -59,6 +61,22 @@ pub struct IcebergTable {
     pub columns: BTreeMap<i32, String>,
     /// The credentials vended for its storage.
     pub credentials: CloudCredentials,
+    /// When the credentials expire (ms since the Unix epoch), if the catalog said.
+    pub expires_at_ms: Option<i64>,
+    /// The storage configuration that came with them (endpoint, region; never a secret).
+    pub storage: BTreeMap<String, String>,
+}
+
+impl IcebergTable {
+    /// The vended access to the table's storage.
+    #[must_use]
+    pub fn access(&self) -> StorageAccess {
+        StorageAccess {
+            credentials: self.credentials.clone(),
+            expires_at_ms: self.expires_at_ms,
+            config: self.storage.clone(),
+        }
+    }
 }
 
 /// A table's current snapshot.
@@ -190,6 +208,8 @@ impl UnityCatalog {
                 .map(|f| (f.id, f.name.clone()))
                 .collect(),
             credentials: credentials(&config),
+            expires_at_ms: expiry(&config),
+            storage: public_config(&config),
         })
     }
 }
@@ -206,7 +226,10 @@ fn credentials(config: &BTreeMap<String, String>) -> CloudCredentials {
             session_token: get("s3.session-token").unwrap_or_default(),
         };
     }
-    if let Some((_, sas)) = config.iter().find(|(k, _)| k.starts_with("adls.sas-token")) {
+    if let Some((_, sas)) = config
+        .iter()
+        .find(|(k, _)| k.starts_with("adls.sas-token."))
+    {
         return CloudCredentials::AzureSas(sas.clone());
     }
     if let Some(token) = get("gcs.oauth2.token") {
@@ -215,68 +238,90 @@ fn credentials(config: &BTreeMap<String, String>) -> CloudCredentials {
     CloudCredentials::None
 }
 
-/// The live Parquet data files of `loaded`'s current snapshot.
-///
-/// # Errors
-/// A manifest list or manifest cannot be read or is not what Iceberg writes, or the snapshot
-/// has delete files.
-pub fn data_files(loaded: &IcebergTable) -> Result<Vec<String>, RecoveryError> {
-    let Some(snapshot) = &loaded.snapshot else {
-        return Ok(Vec::new());
-    };
-    let name = loaded.table.full_name();
-    let bad = |what: &str, message: String| RecoveryError::Read {
-        table: name.clone(),
-        what: what.to_owned(),
-        message,
-    };
-    let mut files = Vec::new();
-    for entry in avro_records(&loaded.table, &snapshot.manifest_list)? {
-        let path = string(&entry, "manifest_path").ok_or_else(|| {
-            bad(
-                &snapshot.manifest_list,
-                "an entry has no manifest_path".into(),
-            )
-        })?;
-        // Iceberg v1 lists have no content field: data.
-        if int(&entry, "content").unwrap_or(0) != 0 {
-            return Err(bad(
-                &path,
-                "a manifest of delete files: rows of this table were deleted (deletion vectors \
-                 or position deletes), which recovery does not read around"
-                    .into(),
-            ));
-        }
-        for entry in avro_records(&loaded.table, &path)? {
-            // 2: DELETED (the file is no longer in the table).
-            if int(&entry, "status") == Some(2) {
-                continue;
-            }
-            let Some(data_file @ Avro::Record(_)) = field(&entry, "data_file") else {
-                return Err(bad(&path, "an entry has no data_file".into()));
-            };
-            if int(data_file, "content").unwrap_or(0) != 0 {
-                return Err(bad(&path, "the table has delete files".into()));
-            }
-            let format = string(data_file, "file_format").unwrap_or_default();
-            if !format.eq_ignore_ascii_case("parquet") {
-                return Err(bad(&path, format!("a data file in {format}, not Parquet")));
-            }
-            files.push(
-                string(data_file, "file_path")
-                    .ok_or_else(|| bad(&path, "a data file has no file_path".into()))?,
-            );
-        }
+impl UnityCatalog {
+    /// The live Parquet data files of `loaded`'s current snapshot, read with its vended
+    /// credentials (re-vended as they expire).
+    ///
+    /// # Errors
+    /// A manifest list or manifest cannot be read or is not what Iceberg writes, or the
+    /// snapshot has delete files.
+    pub async fn iceberg_data_files(
+        &self,
+        loaded: &IcebergTable,
+    ) -> Result<Vec<String>, RecoveryError> {
+        let mut files = TableFiles::new(loaded.table.clone(), loaded.access(), self.config.storage);
+        self.list_data_files(&mut files, loaded).await
     }
-    Ok(files)
+
+    /// The table again, for its freshly vended access.
+    async fn revend(&self, table: &TableRef) -> Result<StorageAccess, RecoveryError> {
+        self.revend_table(table).await.map(|t| t.access())
+    }
+
+    async fn list_data_files(
+        &self,
+        files: &mut TableFiles,
+        loaded: &IcebergTable,
+    ) -> Result<Vec<String>, RecoveryError> {
+        let Some(snapshot) = &loaded.snapshot else {
+            return Ok(Vec::new());
+        };
+        let table = &loaded.table;
+        let bad = |what: &str, message: String| read_error(table, what, message);
+        let mut out = Vec::new();
+        let list = files
+            .read(&snapshot.manifest_list, || self.revend(table))
+            .await?;
+        for entry in avro_records(table, &snapshot.manifest_list, &list)? {
+            let path = string(&entry, "manifest_path").ok_or_else(|| {
+                bad(
+                    &snapshot.manifest_list,
+                    "an entry has no manifest_path".into(),
+                )
+            })?;
+            // Iceberg v1 lists have no content field: data.
+            if int(&entry, "content").unwrap_or(0) != 0 {
+                return Err(bad(
+                    &path,
+                    "a manifest of delete files: rows of this table were deleted (deletion \
+                     vectors or position deletes), which recovery does not read around"
+                        .into(),
+                ));
+            }
+            let manifest = files.read(&path, || self.revend(table)).await?;
+            for entry in avro_records(table, &path, &manifest)? {
+                // 2: DELETED (the file is no longer in the table).
+                if int(&entry, "status") == Some(2) {
+                    continue;
+                }
+                let Some(data_file @ Avro::Record(_)) = field(&entry, "data_file") else {
+                    return Err(bad(&path, "an entry has no data_file".into()));
+                };
+                if int(data_file, "content").unwrap_or(0) != 0 {
+                    return Err(bad(&path, "the table has delete files".into()));
+                }
+                let format = string(data_file, "file_format").unwrap_or_default();
+                if !format.eq_ignore_ascii_case("parquet") {
+                    return Err(bad(&path, format!("a data file in {format}, not Parquet")));
+                }
+                out.push(
+                    string(data_file, "file_path")
+                        .ok_or_else(|| bad(&path, "a data file has no file_path".into()))?,
+                );
+            }
+        }
+        Ok(out)
+    }
 }
 
-/// Every record of the Avro file at `location`.
-fn avro_records(table: &TableRef, location: &str) -> Result<Vec<Avro>, RecoveryError> {
+/// Every record of the Avro file `bytes`, read from `location`.
+fn avro_records(
+    table: &TableRef,
+    location: &str,
+    bytes: &[u8],
+) -> Result<Vec<Avro>, RecoveryError> {
     let read = |message: String| read_error(table, location, message);
-    let file = open_local(table, location)?;
-    let reader =
-        apache_avro::Reader::new(std::io::BufReader::new(file)).map_err(|e| read(e.to_string()))?;
+    let reader = apache_avro::Reader::new(bytes).map_err(|e| read(e.to_string()))?;
     reader.map(|r| r.map_err(|e| read(e.to_string()))).collect()
 }
 
@@ -286,28 +331,6 @@ fn read_error(table: &TableRef, location: &str, message: String) -> RecoveryErro
         table: table.full_name(),
         what: location.to_owned(),
         message,
-    }
-}
-
-/// The file at `location`, opened.
-fn open_local(table: &TableRef, location: &str) -> Result<std::fs::File, RecoveryError> {
-    std::fs::File::open(local_path(table, location)?)
-        .map_err(|e| read_error(table, location, e.to_string()))
-}
-
-/// The local path of a `file://` location (or a plain path); any other scheme is not read.
-fn local_path(table: &TableRef, location: &str) -> Result<String, RecoveryError> {
-    match location.split_once("://") {
-        None => Ok(location.to_owned()),
-        Some(("file", rest)) => Ok(rest.to_owned()),
-        Some((scheme, _)) => Err(RecoveryError::Read {
-            table: table.full_name(),
-            what: location.to_owned(),
-            message: format!(
-                "reading {scheme}:// object storage with vended credentials is not built yet \
-                 (only file:// locations are read)"
-            ),
-        }),
     }
 }
 
@@ -337,16 +360,16 @@ fn int(record: &Avro, name: &str) -> Option<i64> {
     }
 }
 
-/// Every row of the Parquet data file at `location`, each column named as the table names it
-/// (by its field id; a column without one keeps its name).
+/// Every row of the Parquet data file `bytes` (read from `location`), each column named as the
+/// table names it (by its field id; a column without one keeps its name).
 fn read_data_file(
     table: &TableRef,
     location: &str,
+    bytes: bytes::Bytes,
     columns: &BTreeMap<i32, String>,
 ) -> Result<Vec<RecordBatch>, RecoveryError> {
     let read = |message: String| read_error(table, location, message);
-    let file = open_local(table, location)?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::build)
         .map_err(|e| read(e.to_string()))?;
     let mut out = Vec::new();
@@ -402,31 +425,32 @@ impl UnityCatalog {
         &self,
         table: &TableRef,
     ) -> Result<(Vec<RecordBatch>, u64), RecoveryError> {
-        let loaded =
-            self.load_iceberg_table(table)
-                .await
-                .map_err(|source| RecoveryError::Catalog {
-                    table: table.full_name(),
-                    source: Box::new(source),
-                })?;
+        let loaded = self.revend_table(table).await?;
         let version = loaded
             .snapshot
             .as_ref()
             .map_or(0, |s| u64::try_from(s.id).unwrap_or(0));
-        let name = table.full_name();
-        let table = table.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut batches = Vec::new();
-            for file in data_files(&loaded)? {
-                batches.extend(read_data_file(&table, &file, &loaded.columns)?);
-            }
-            Ok((batches, version))
-        })
-        .await
-        .map_err(|e| RecoveryError::Read {
-            table: name,
-            what: "the data files".into(),
-            message: e.to_string(),
-        })?
+        let mut files = TableFiles::new(table.clone(), loaded.access(), self.config.storage);
+        let mut batches = Vec::new();
+        for file in self.list_data_files(&mut files, &loaded).await? {
+            let bytes = files.read(&file, || self.revend(table)).await?;
+            let (t, columns) = (table.clone(), loaded.columns.clone());
+            let decoded =
+                tokio::task::spawn_blocking(move || read_data_file(&t, &file, bytes, &columns))
+                    .await
+                    .map_err(|e| read_error(table, "a data file", e.to_string()))??;
+            batches.extend(decoded);
+        }
+        Ok((batches, version))
+    }
+
+    /// The table loaded again (metadata and freshly vended credentials).
+    async fn revend_table(&self, table: &TableRef) -> Result<IcebergTable, RecoveryError> {
+        self.load_iceberg_table(table)
+            .await
+            .map_err(|source| RecoveryError::Catalog {
+                table: table.full_name(),
+                source: Box::new(source),
+            })
     }
 }

@@ -21,6 +21,8 @@ mod auth;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
 mod models;
+#[cfg(feature = "iceberg")]
+pub mod storage;
 
 use std::time::Duration;
 
@@ -60,6 +62,9 @@ pub struct UnityConfig {
     pub max_attempts: u32,
     /// Delay before the first retry (doubles each time).
     pub retry_backoff: Duration,
+    /// How the recovery read path reads object storage (retries, credential refresh).
+    #[cfg(feature = "iceberg")]
+    pub storage: storage::StorageOptions,
 }
 
 impl UnityConfig {
@@ -77,6 +82,8 @@ impl UnityConfig {
             statement_timeout: Duration::from_secs(300),
             max_attempts: 4,
             retry_backoff: Duration::from_millis(200),
+            #[cfg(feature = "iceberg")]
+            storage: storage::StorageOptions::default(),
         }
     }
 }
