@@ -175,6 +175,19 @@ impl<L: Lane> ZerobusSink<L> {
                 reason: "needs a scheme: https://… for the service, http://… for a local emulator",
             });
         }
+        let has_host = config
+            .endpoint
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(|h| !h.is_empty()))
+            .unwrap_or(false);
+        if !has_host {
+            return Err(StartError::Endpoint {
+                endpoint: config.endpoint,
+                reason: "has no host: https://<workspace-id>.zerobus.<region>.cloud.databricks.com, \
+                         or http://127.0.0.1:50051 for a local emulator",
+            });
+        }
         let mut core = SinkCore::new(config.core)?;
         schema::check_tables(&tables)?;
         let mut wires = Vec::new();

@@ -140,6 +140,25 @@ async fn an_endpoint_without_a_scheme_is_refused_at_start() {
     assert!(err.to_string().contains("https://"), "{err}");
 }
 
+/// `http://` alone (an address left empty in a script) was accepted, and every stream then
+/// failed with "invalid URI" until the retries ran out.
+#[tokio::test]
+async fn an_endpoint_without_a_host_is_refused_at_start() {
+    for endpoint in ["http://", "https://", "http://:50051"] {
+        let err = ZerobusSink::<Raw>::start(
+            ZerobusConfig::new(endpoint),
+            vec![table(1)],
+            Recorder::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, StartError::Endpoint { endpoint: e, .. } if e == endpoint),
+            "{endpoint}: {err}"
+        );
+        assert!(err.to_string().contains("has no host"), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn an_outage_is_logged_once_per_stream_with_its_cause_and_its_recovery() {
     // A current-thread runtime: the driver and its connections log on this thread.
