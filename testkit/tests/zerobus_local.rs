@@ -112,11 +112,10 @@ fn it_starts_where_the_environment_says() {
     assert!(second.contains(&tables.display().to_string()), "{second}");
 }
 
-/// SIGTERM (what a container runtime sends to stop it) stops it as Ctrl-C does: gracefully,
-/// exit 0, with the summary of what it served printed after it materialized its log.
+/// Starts it, reads the line that says where it listens, sends `signal` (`-TERM`, `-INT`) at
+/// once, and returns how it ended and what it said after that line.
 #[cfg(unix)]
-#[test]
-fn sigterm_stops_it_gracefully() {
+fn signalled_right_after_start(signal: &str) -> (std::process::ExitStatus, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut child = zerobus_local()
         .args(["--addr", "127.0.0.1:0"])
@@ -128,14 +127,23 @@ fn sigterm_stops_it_gracefully() {
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
     assert!(first.starts_with("zerobus-local listening on"), "{first}");
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
-    assert!(term.success());
+    assert!(sent.success());
     let status = child.wait().unwrap();
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
+    (status, rest)
+}
+
+/// SIGTERM (what a container runtime sends to stop it) stops it as Ctrl-C does: gracefully,
+/// exit 0, with the summary of what it served printed after it materialized its log.
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_it_gracefully() {
+    let (status, rest) = signalled_right_after_start("-TERM");
     assert!(
         status.success(),
         "SIGTERM ended it with {status}; it said:\n{rest}"
@@ -155,25 +163,7 @@ fn sigterm_stops_it_gracefully() {
 #[test]
 fn sigint_right_after_it_says_where_it_listens_is_still_graceful() {
     for _ in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = zerobus_local()
-            .args(["--addr", "127.0.0.1:0"])
-            .args(["--wal-dir", &dir.path().join("wal").display().to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        assert!(first.starts_with("zerobus-local listening on"), "{first}");
-        let int = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(int.success());
-        let status = child.wait().unwrap();
-        let mut rest = String::new();
-        out.read_to_string(&mut rest).unwrap();
+        let (status, rest) = signalled_right_after_start("-INT");
         assert!(status.success(), "SIGINT ended it with {status}:\n{rest}");
         assert!(rest.contains("calls"), "no summary after SIGINT:\n{rest}");
     }
