@@ -15,7 +15,7 @@ T = "main.bronze.orders"
 
 def batch(start: int, n: int) -> pa.RecordBatch:
     ids = list(range(start, start + n))
-    return pa.record_batch(
+    return pa.RecordBatch.from_pydict(
         {"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids])}
     )
 
@@ -76,7 +76,9 @@ def test_without_a_source_the_tables_rows_are_numbered(zerobus_local):
 def test_schema_drift_adds_a_column(zerobus_local):
     with local(zerobus_local) as sink:
         sink.send(T, batch(0, 10), source=(0, 9))
-        wider = batch(10, 10).append_column("amount", pa.array([1.5] * 10, pa.float64()))
+        wider = pa.RecordBatch.from_pydict(
+            {**batch(10, 10).to_pydict(), "amount": pa.array([1.5] * 10, pa.float64())}
+        )
         sink.send(T, wider, source=(0, 19))
         sink.flush()
         assert sink.committed() == {(T, 0): 19}

@@ -28,7 +28,7 @@ def test_a_type_the_table_cannot_take_names_the_column_and_the_retry_lands(zerob
     with local(zerobus_local) as sink:
         sink.send(T, batch(0, 5), source=(0, 4))
         sink.flush()
-        bad = pa.record_batch({"id": pa.array(["x"] * 5), "name": pa.array(["a"] * 5)})
+        bad = pa.RecordBatch.from_pydict({"id": pa.array(["x"] * 5), "name": pa.array(["a"] * 5)})
         with pytest.raises(zerobus_sink.SchemaError) as e:
             sink.send(T, bad, source=(0, 9))
         err = e.value
@@ -49,7 +49,7 @@ def test_rows_the_table_refuses_are_named_and_nothing_of_the_batch_is_sent(zerob
     with local(zerobus_local, schemas={}) as sink:
         sink.send(T, pa.record_batch([pa.array([1], pa.int64()), pa.array(["a"])], schema=schema), source=(0, 0))
         sink.flush()
-        nulls = pa.record_batch({"id": pa.array([2, None, 4], pa.int64()), "name": pa.array(["b", "c", "d"])})
+        nulls = pa.RecordBatch.from_pydict({"id": pa.array([2, None, 4], pa.int64()), "name": pa.array(["b", "c", "d"])})
         with pytest.raises(zerobus_sink.BadRowsError) as e:
             sink.send(T, nulls, source=(0, 3))
         assert e.value.rows == [1] and e.value.column == "id" and e.value.table == T
