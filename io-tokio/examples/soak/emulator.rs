@@ -10,6 +10,7 @@ pub struct Local {
     binary: PathBuf,
     dir: PathBuf,
     pub addr: String,
+    extra: Vec<String>,
     child: Option<Child>,
     /// `kill -9`s so far.
     pub kills: u32,
@@ -18,9 +19,15 @@ pub struct Local {
 impl Local {
     /// Starts the binary with its tables and WAL under `dir`, on a port of its choosing.
     pub fn start(binary: &Path, dir: &Path) -> Result<Local, String> {
+        Local::start_with(binary, dir, &[])
+    }
+
+    /// [`start`](Local::start) with more flags.
+    pub fn start_with(binary: &Path, dir: &Path, extra: &[&str]) -> Result<Local, String> {
         let mut local = Local {
             binary: binary.to_owned(),
             dir: dir.to_owned(),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             addr: "127.0.0.1:0".into(),
             child: None,
             kills: 0,
@@ -36,6 +43,7 @@ impl Local {
             .arg(self.dir.join("tables"))
             .arg("--wal-dir")
             .arg(self.dir.join("wal"))
+            .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
