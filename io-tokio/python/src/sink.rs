@@ -3,7 +3,7 @@
 //! fed batches from Python, its confirmations turned into committed source positions.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
@@ -28,22 +28,30 @@ enum SourceArg {
     Three(String, u32, i64),
 }
 
-/// The sink (see `zerobus_sink.Sink` for the documented, typed API).
-#[pyclass(module = "zerobus_sink._native", name = "NativeSink")]
+/// The sink (see `zerobus_sink.Sink` for the documented, typed API). Frozen: every method
+/// takes `&self`, so threads (and `AsyncSink`'s worker threads) may call it at once; the
+/// handle itself is behind an async mutex.
+#[pyclass(module = "zerobus_sink._native", name = "NativeSink", frozen)]
 pub(crate) struct NativeSink {
     sink: Arc<AsyncMutex<Option<ZerobusSink<Raw>>>>,
     shared: Arc<Shared>,
     /// Each table's name and id.
     tables: Vec<(String, TableId)>,
     /// Rows handed over per table without a source position (numbering their positions).
-    auto: HashMap<String, i64>,
+    auto: Mutex<HashMap<String, i64>>,
     endpoint: String,
     drain: Duration,
     /// The summary `close` returned: a second `close` returns it again.
-    closed: Option<Py<PyDict>>,
+    closed: Mutex<Option<Py<PyDict>>>,
 }
 
 impl NativeSink {
+    fn closed_summary(&self) -> std::sync::MutexGuard<'_, Option<Py<PyDict>>> {
+        self.closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn table(&self, name: &str) -> PyResult<TableId> {
         if let Some((_, id)) = self.tables.iter().find(|(n, _)| n == name) {
             return Ok(*id);
@@ -107,6 +115,8 @@ impl NativeSink {
                 if let Some((_, token)) = e.into_parts() {
                     let p = token.position();
                     let key = (p.topic.clone(), p.partition, p.offset);
+                    // The exception says under which position to send the batch again.
+                    err.value(py).setattr("source", key.clone())?;
                     self.shared.lock().parked.insert(key, token);
                 }
                 Err(err)
@@ -168,7 +178,7 @@ impl NativeSink {
     /// Sends each batch under a position of its own: the table's rows so far (no source
     /// position was given).
     fn send_numbered(
-        &mut self,
+        &self,
         py: Python<'_>,
         name: &str,
         id: TableId,
@@ -177,14 +187,22 @@ impl NativeSink {
         if batch.num_rows() == 0 {
             return Ok(0);
         }
-        let before = self.auto.get(name).copied().unwrap_or(0);
         let n = i64::try_from(batch.num_rows()).unwrap_or(i64::MAX);
-        let source = (name.to_owned(), 0, before + n - 1);
-        let token = self.first_token(name, &source)?;
-        let rows = batch.num_rows();
-        // Numbered only once handed over: a retry of a refused batch finds its parked token.
+        // The rows are numbered as they are taken, under the lock: concurrent sends to one
+        // table get consecutive, rising positions. A refused batch's position stays open (its
+        // rows are not durable) until it is sent again with `source=error.source`.
+        let (token, rows) = {
+            let mut auto = self
+                .auto
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let before = auto.get(name).copied().unwrap_or(0);
+            let source = (name.to_owned(), 0, before + n - 1);
+            let token = self.first_token(name, &source)?;
+            auto.insert(name.to_owned(), before + n);
+            (token, batch.num_rows())
+        };
         self.hand_over(py, name, id, batch, token)?;
-        self.auto.insert(name.to_owned(), before + n);
         Ok(rows)
     }
 }
@@ -227,17 +245,17 @@ impl NativeSink {
             sink: Arc::new(AsyncMutex::new(Some(sink))),
             shared,
             tables,
-            auto: HashMap::new(),
+            auto: Mutex::new(HashMap::new()),
             endpoint: effective.endpoint,
             drain: file.drain(),
-            closed: None,
+            closed: Mutex::new(None),
         })
     }
 
     /// Hands `data` to `table`; returns the rows handed over.
     #[pyo3(signature = (table, data, source=None))]
     fn send(
-        &mut self,
+        &self,
         py: Python<'_>,
         table: &str,
         data: &Bound<'_, PyAny>,
@@ -295,12 +313,8 @@ impl NativeSink {
     /// Drains for up to `timeout` seconds (the settings' `shutdown.drain` if `None`), then
     /// stops; returns the summary. Raises DeliveryError if anything was handed back undelivered.
     #[pyo3(signature = (timeout=None))]
-    fn close<'py>(
-        &mut self,
-        py: Python<'py>,
-        timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(summary) = &self.closed {
+    fn close<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
+        if let Some(summary) = self.closed_summary().as_ref() {
             return Ok(summary.bind(py).clone());
         }
         let within = match timeout {
@@ -330,7 +344,7 @@ impl NativeSink {
         summary.set_item("failed_batches", report.failed_batches)?;
         summary.set_item("elapsed", report.elapsed.as_secs_f64())?;
         summary.set_item("text", report.to_string())?;
-        self.closed = Some(summary.clone().unbind());
+        *self.closed_summary() = Some(summary.clone().unbind());
         let unreported = self.shared.take_unreported(py)?;
         if !unreported.is_empty() {
             return Err(errors::delivery(

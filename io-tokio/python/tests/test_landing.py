@@ -107,3 +107,25 @@ def test_the_asyncio_variant_awaits_sends_and_confirmations(zerobus_local):
     assert p == zerobus_sink.Position(T, 0, 9)
     zerobus_local.stop()
     assert sorted(zerobus_local.table(T).column("id").to_pylist()) == list(range(10))
+
+
+def test_concurrent_sends_from_threads_and_tasks(zerobus_local):
+    import concurrent.futures
+
+    with local(zerobus_local) as sink:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            sends = pool.map(lambda i: sink.send(T, batch(i * 10, 10), source=("orders", i, 9)), range(8))
+            assert sum(sends) == 80
+
+        async def gather():
+            s = zerobus_sink.AsyncSink(sink)
+            await asyncio.gather(*(s.send(T, batch(80 + i * 10, 10)) for i in range(8)))
+
+        asyncio.run(gather())
+        sink.flush()
+        committed = sink.committed()
+    # Eight partitions of topic "orders", and the table's own numbering of the rows sent
+    # without a position (80 rows from eight tasks at once: positions 0..79).
+    assert committed == {**{("orders", i): 9 for i in range(8)}, (T, 0): 79}
+    zerobus_local.stop()
+    assert sorted(zerobus_local.table(T).column("id").to_pylist()) == list(range(160))

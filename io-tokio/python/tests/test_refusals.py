@@ -132,3 +132,20 @@ def test_secrets_are_never_in_errors_reprs_or_logs(make_emulator, monkeypatch, c
     # It did fail on the secret: the token endpoint refused the client.
     assert any("401" in s or "invalid_client" in s or "nauthorized" in s for s in said), said
     assert not [s for s in said if secret in s]
+
+
+def test_a_refused_batch_without_a_source_goes_again_under_the_position_it_names(zerobus_local):
+    with local(zerobus_local) as sink:
+        sink.send(T, batch(0, 5))
+        bad = pa.RecordBatch.from_pydict({"id": pa.array(["x"] * 3), "name": pa.array(["a"] * 3)})
+        with pytest.raises(zerobus_sink.SchemaError) as e:
+            sink.send(T, bad)
+        assert e.value.source == (T, 0, 7)
+        sink.send(T, batch(8, 2))  # numbered after the refused rows
+        sink.flush()
+        assert sink.committed() == {(T, 0): 4}  # held below the refused rows
+        sink.send(T, batch(5, 3), source=e.value.source)
+        sink.flush()
+        assert sink.committed() == {(T, 0): 9}
+    zerobus_local.stop()
+    assert sorted(zerobus_local.table(T).column("id").to_pylist()) == list(range(10))

@@ -49,7 +49,13 @@ class InputError(ZerobusSinkError, TypeError):
 
 
 class SendError(ZerobusSinkError):
-    """A batch not admitted (unknown table, empty, too large). Nothing was sent."""
+    """A batch not admitted (unknown table, empty, too large). Nothing was sent.
+
+    ``source`` is the position ``(topic, partition, offset)`` the batch was sent under (absent
+    for an unknown table): send it again with ``source=error.source`` once fixed. Until then
+    that partition's committed position stays below it, since its rows are not durable."""
+
+    source: Tuple[str, int, int]
 
 
 class SchemaError(SendError):
