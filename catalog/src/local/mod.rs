@@ -134,6 +134,24 @@ impl LocalDelta {
         })
     }
 
+    /// The root folder, if the tables are in one (not on object storage).
+    #[must_use]
+    pub fn folder(&self) -> Option<&Path> {
+        match &self.root {
+            Root::Folder(path) => Some(path),
+            Root::Store { .. } => None,
+        }
+    }
+
+    /// Opens `table`'s Delta table (loaded at its latest version), with this root's storage
+    /// options: for writers of the table outside the catalog (the emulator's materializer).
+    ///
+    /// # Errors
+    /// The table cannot be opened (absent, or its log unreadable).
+    pub async fn open_table(&self, table: &TableRef) -> Result<DeltaTable, CatalogError> {
+        self.open(table).await
+    }
+
     /// The root: a folder's `file://` URL, or the `s3://` one.
     #[must_use]
     pub fn root_url(&self) -> String {
