@@ -60,15 +60,18 @@ async fn keys(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
 
 fn ranges(r: &[(&str, u32, i64, i64)]) -> Coverage {
     Coverage::from_durable(
-        r.iter()
-            .map(|&(topic, partition, start, end)| CoverageRange::new(topic, partition, start, end)),
+        r.iter().map(|&(topic, partition, start, end)| {
+            CoverageRange::new(topic, partition, start, end)
+        }),
     )
 }
 
 #[tokio::test]
 async fn a_table_on_s3_is_created_described_vended_and_read_back() {
-    let Some(moto) = storage::endpoint(S3, "a_table_on_s3_is_created_described_vended_and_read_back")
-    else {
+    let Some(moto) = storage::endpoint(
+        S3,
+        "a_table_on_s3_is_created_described_vended_and_read_back",
+    ) else {
         return;
     };
     let (catalog, bucket) = catalog(&moto).await;
@@ -76,7 +79,10 @@ async fn a_table_on_s3_is_created_described_vended_and_read_back() {
     assert_eq!(catalog.describe(&table).await.unwrap(), None);
     let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
     let desired = DesiredTable::from_arrow(table.clone(), &schema, None, Role::Standard).unwrap();
-    let made = catalog.reconcile(&desired, &Policy::default()).await.unwrap();
+    let made = catalog
+        .reconcile(&desired, &Policy::default())
+        .await
+        .unwrap();
     assert!(!made.executed.is_empty());
     assert!(
         catalog
@@ -99,11 +105,17 @@ async fn a_table_on_s3_is_created_described_vended_and_read_back() {
         Some(format!("s3://{bucket}/tables/main/raw/orders/").as_str())
     );
     assert!(live.column("id").is_some() && live.column("_twg_source_row").is_some());
-    let vended = catalog.vend_credentials(&table, Access::Read).await.unwrap();
+    let vended = catalog
+        .vend_credentials(&table, Access::Read)
+        .await
+        .unwrap();
     assert_eq!(vended.url, format!("s3://{bucket}/tables/main/raw/orders/"));
     assert!(matches!(vended.credentials, CloudCredentials::Aws { .. }));
     let (batches, version) = catalog.read_table(&table).await.unwrap();
-    assert_eq!((batches.iter().map(|b| b.num_rows()).sum::<usize>(), version), (0, 0));
+    assert_eq!(
+        (batches.iter().map(|b| b.num_rows()).sum::<usize>(), version),
+        (0, 0)
+    );
     // A table that is not there is absent, not an error; the secret is in no Debug output.
     let other = TableRef::parse("main.raw.nothing").unwrap();
     assert_eq!(catalog.describe(&other).await.unwrap(), None);
@@ -124,7 +136,9 @@ async fn the_coverage_store_survives_a_restart_on_s3() {
         let mut store_a = CoverageStore::open(catalog.clone(), &raw(), a.clone())
             .await
             .unwrap();
-        let mut store_b = CoverageStore::open(catalog, &raw(), b.clone()).await.unwrap();
+        let mut store_b = CoverageStore::open(catalog, &raw(), b.clone())
+            .await
+            .unwrap();
         assert_eq!(store_a.save(&covered).await.unwrap(), 1);
         // Two sinks commit at once: both race for the same Delta version on S3; the put-if-
         // absent lets one win, the other commits the next version. Neither save is lost.
@@ -133,16 +147,22 @@ async fn the_coverage_store_survives_a_restart_on_s3() {
         let (saved_a, saved_b) = tokio::join!(store_a.save(&covered), store_b.save(&for_b));
         assert_eq!((saved_a.unwrap(), saved_b.unwrap()), (2, 1));
     }
-    let commits: Vec<String> = keys(&moto, &bucket, "tables/main/raw/orders__twg_coverage/_delta_log/")
-        .await
-        .into_iter()
-        .filter(|k| k.ends_with(".json"))
-        .collect();
+    let commits: Vec<String> = keys(
+        &moto,
+        &bucket,
+        "tables/main/raw/orders__twg_coverage/_delta_log/",
+    )
+    .await
+    .into_iter()
+    .filter(|k| k.ends_with(".json"))
+    .collect();
     assert_eq!(commits.len(), 4, "create and three appends: {commits:?}");
 
     // A restart: a new catalog on the same root, a new store, reads back what was written.
     let restarted = LocalDelta::on_s3(&root, moto_storage(&moto)).unwrap();
-    let reopened = CoverageStore::open(restarted, &raw(), a.clone()).await.unwrap();
+    let reopened = CoverageStore::open(restarted, &raw(), a.clone())
+        .await
+        .unwrap();
     assert_eq!(reopened.saved(), &covered);
     assert_eq!(reopened.saved().gaps("orders", 0, 0, 249), vec![(100, 199)]);
     let every_sink = reopened.load(None).await.unwrap();

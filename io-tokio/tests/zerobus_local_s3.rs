@@ -82,13 +82,18 @@ fn storage(endpoint: &str) -> S3Storage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_land_on_s3_are_recovered_and_their_coverage_survives_a_restart() {
     let Some(moto) = std::env::var(S3).ok().filter(|v| !v.is_empty()) else {
-        println!("SKIPPED rows_land_on_s3_are_recovered_and_their_coverage_survives_a_restart: {S3} is not set (start moto as docs/testing.md says)");
+        println!(
+            "SKIPPED rows_land_on_s3_are_recovered_and_their_coverage_survives_a_restart: {S3} is not set (start moto as docs/testing.md says)"
+        );
         return;
     };
     let moto = moto.trim_end_matches('/').to_owned();
     let bucket = format!("zerobus-local-{}", std::process::id());
     let (status, _) = http(&moto, &format!("PUT /{bucket} HTTP/1.1")).await;
-    assert!(status.contains(" 200"), "creating bucket {bucket}: {status}");
+    assert!(
+        status.contains(" 200"),
+        "creating bucket {bucket}: {status}"
+    );
     let root = format!("s3://{bucket}/tables");
     let dir = tempfile::tempdir().unwrap();
 
@@ -100,7 +105,10 @@ async fn rows_land_on_s3_are_recovered_and_their_coverage_survives_a_restart() {
     )
     .await
     .unwrap();
-    assert_eq!(emulator.tables_url().as_deref(), Some(format!("{root}/").as_str()));
+    assert_eq!(
+        emulator.tables_url().as_deref(),
+        Some(format!("{root}/").as_str())
+    );
     let desired = DesiredTable::from_arrow(raw(), &schema(), None, Role::PrimaryRaw).unwrap();
     catalog
         .reconcile(&desired, &Policy::default())
@@ -164,6 +172,9 @@ async fn rows_land_on_s3_are_recovered_and_their_coverage_survives_a_restart() {
         .unwrap();
     assert_eq!(recovered.rows, 100);
     let seen = ids(&recovered.batches);
-    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        (0..100).collect::<Vec<_>>()
+    );
     assert!(seen.values().all(|n| *n == 1), "each row once: {seen:?}");
 }

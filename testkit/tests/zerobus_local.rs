@@ -74,7 +74,10 @@ fn an_object_store_root_it_cannot_use_is_refused_naming_the_flag() {
             .unwrap();
         assert!(!out.status.success(), "{root}");
         let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains("--tables") && err.contains("s3://bucket"), "{err}");
+        assert!(
+            err.contains("--tables") && err.contains("s3://bucket"),
+            "{err}"
+        );
     }
 }
 
@@ -87,7 +90,9 @@ fn it_serves_tables_on_s3_where_the_flags_and_environment_say() {
         .ok()
         .filter(|v| !v.is_empty())
     else {
-        println!("SKIPPED it_serves_tables_on_s3_where_the_flags_and_environment_say: ZEROBUS_TEST_S3_ENDPOINT is not set");
+        println!(
+            "SKIPPED it_serves_tables_on_s3_where_the_flags_and_environment_say: ZEROBUS_TEST_S3_ENDPOINT is not set"
+        );
         return;
     };
     let host = moto.trim_start_matches("http://").trim_end_matches('/');

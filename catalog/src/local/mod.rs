@@ -122,7 +122,9 @@ impl LocalDelta {
         };
         let mut url = Url::parse(root).map_err(|e| invalid(&e.to_string()))?;
         if url.scheme() != "s3" || url.host_str().is_none_or(str::is_empty) {
-            return Err(invalid("a local catalog's object-store root is s3://bucket[/prefix]"));
+            return Err(invalid(
+                "a local catalog's object-store root is s3://bucket[/prefix]",
+            ));
         }
         if !url.path().ends_with('/') {
             url.set_path(&format!("{}/", url.path()));
@@ -198,13 +200,11 @@ impl LocalDelta {
         match &self.root {
             Root::Folder(_) => {
                 let path = self.location(table);
-                std::fs::create_dir_all(&path)
-                    .map_err(|e| delta_err(table, "create folder", e))?;
+                std::fs::create_dir_all(&path).map_err(|e| delta_err(table, "create folder", e))?;
                 let absolute = std::fs::canonicalize(&path)
                     .map_err(|e| delta_err(table, "resolve folder", e))?;
-                Url::from_directory_path(&absolute).map_err(|()| {
-                    delta_err(table, "folder url", format!("{}", absolute.display()))
-                })
+                Url::from_directory_path(&absolute)
+                    .map_err(|()| delta_err(table, "folder url", format!("{}", absolute.display())))
             }
             Root::Store { url, .. } => url
                 .join(&format!(
@@ -247,7 +247,11 @@ impl LocalDelta {
             Root::Folder(_) => logged_catalog_managed(&self.location(table)),
             Root::Store { .. } => {
                 let (store, entries) = s3::log_entries(self, table).await.ok()?;
-                for path in entries.iter().rev().filter(|p| p.extension() == Some("json")) {
+                for path in entries
+                    .iter()
+                    .rev()
+                    .filter(|p| p.extension() == Some("json"))
+                {
                     let text = s3::read_text(&store, path).await?;
                     if let Some(found) = catalog_managed_in(&text) {
                         return found;

@@ -9,12 +9,12 @@ use std::fmt;
 use std::sync::{Arc, Once};
 
 use deltalake::logstore::{
-    LogStore, LogStoreFactory, ObjectStoreFactory, ObjectStoreRef, StorageConfig,
-    default_logstore, logstore_factories, object_store_factories,
+    LogStore, LogStoreFactory, ObjectStoreFactory, ObjectStoreRef, StorageConfig, default_logstore,
+    logstore_factories, object_store_factories,
 };
 use deltalake::{DeltaResult, DeltaTableError};
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
 use super::LocalDelta;
@@ -126,8 +126,8 @@ impl ObjectStoreFactory for S3Factory {
         url: &Url,
         config: &StorageConfig,
     ) -> DeltaResult<(ObjectStoreRef, Path)> {
-        let (store, path) = object_store::parse_url_opts(url, config.raw.iter())
-            .map_err(DeltaTableError::from)?;
+        let (store, path) =
+            object_store::parse_url_opts(url, config.raw.iter()).map_err(DeltaTableError::from)?;
         Ok((Arc::from(store), path))
     }
 }

@@ -214,9 +214,7 @@ async fn main() -> ExitCode {
         None => emulator.tables_url(),
     };
     if let Some(root) = root {
-        println!(
-            "tables: Delta tables under {root} (catalog/schema/table); acked rows land there"
-        );
+        println!("tables: Delta tables under {root} (catalog/schema/table); acked rows land there");
     }
     let emulator = Arc::new(emulator);
     let server = match flags.metrics_addr {

@@ -192,10 +192,7 @@ async fn materialize_table(
             .join("fallback")
             .join(catalog.location(&name)),
     };
-    let mut delta = catalog
-        .open_table(&name)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut delta = catalog.open_table(&name).await.map_err(|e| e.to_string())?;
     let cursor = match &progress.cursor {
         Some(c) => c.clone(),
         None => {

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use zerobus_sink_catalog::local::LocalDelta;
 use std::sync::Arc;
 use std::time::Duration;
+use zerobus_sink_catalog::local::LocalDelta;
 
 use tokio::sync::{Notify, oneshot};
 
