@@ -3,6 +3,7 @@
 //! exists with the `local` feature. It reads tables back through either backend's
 //! [`Recover`] (the Databricks one with the `iceberg` feature).
 
+use crate::coverage::{CoverageLog, SavedRange};
 #[cfg(feature = "local")]
 use crate::local::LocalDelta;
 use crate::recovery::{Lag, Recover, Recovered, RecoveryError};
@@ -124,6 +125,33 @@ impl Recover for AnyCatalog {
             }
             #[cfg(feature = "local")]
             AnyCatalog::Local(c) => c.recover(table, range, durable, lag).await,
+        }
+    }
+}
+
+impl CoverageLog for AnyCatalog {
+    async fn append_coverage(
+        &self,
+        table: &TableRef,
+        sink: &SinkId,
+        ranges: &[CoverageRange],
+    ) -> Result<(), CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.append_coverage(table, sink, ranges).await,
+            #[cfg(feature = "local")]
+            AnyCatalog::Local(c) => c.append_coverage(table, sink, ranges).await,
+        }
+    }
+
+    async fn read_coverage(
+        &self,
+        table: &TableRef,
+        sink: Option<&SinkId>,
+    ) -> Result<Vec<SavedRange>, CatalogError> {
+        match self {
+            AnyCatalog::Unity(c) => c.read_coverage(table, sink).await,
+            #[cfg(feature = "local")]
+            AnyCatalog::Local(c) => c.read_coverage(table, sink).await,
         }
     }
 }

@@ -16,6 +16,8 @@
 //!   [`TableCatalog::describe_for_write`] before any plan, and a table that breaks one refused
 //!   as [`CatalogError::Unwritable`], naming it and the requirement;
 //! - [`ddl::render`]: Databricks SQL for a plan, every identifier and literal escaped;
+//! - [`CoverageStore`]: which source ranges a sink made durable in a primary-raw table, kept
+//!   in a coverage table beside it through either backend ([`CoverageLog`]);
 //! - backends behind features: `unity` (Unity Catalog REST, SQL Statement Execution API, OAuth
 //!   M2M) and `local` (Delta tables on disk with delta-rs, the embedded default).
 //!
@@ -51,6 +53,7 @@
 #![deny(missing_docs)]
 
 mod catalog;
+pub mod coverage;
 pub mod ddl;
 mod desired;
 mod error;
@@ -78,6 +81,7 @@ pub use catalog::{
     Access, CloudCredentials, ReconcileOutcome, SinkId, TableCatalog, VendedCredentials,
     sink_property,
 };
+pub use coverage::{CoverageLog, CoverageStore, SavedRange};
 pub use desired::{
     Authority, Comment, Contract, DesiredColumn, DesiredTable, LOCAL_PRIMARY_RAW_PROPERTIES,
     PRIMARY_RAW_PROPERTIES, RESERVED_COLUMNS, RESERVED_PREFIX, Role,

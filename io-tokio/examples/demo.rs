@@ -9,8 +9,13 @@
 //! ```text
 //! cargo run --release -p zerobus-sink-tokio --example demo -- [--rows 10000000]
 //!     [--batch-rows 5000] [--streams 3] [--ack-latency-ms 20] [--materialize-lag-ms 1000]
-//!     [--dir DIR] [--clean] [--ops 127.0.0.1:9464]
+//!     [--dir DIR] [--clean] [--ops 127.0.0.1:9464] [--tables s3://bucket/prefix]
 //! ```
+//!
+//! With `--tables s3://bucket/prefix` the table and its coverage live on S3 (or an
+//! S3-compatible store): endpoint, region and credentials from `AWS_ENDPOINT_URL`,
+//! `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (the bucket must exist); the
+//! emulator's write-ahead log stays in `--dir`.
 //!
 //! With `--ops ADDR` it serves the operator endpoint there while it runs: `/metrics`
 //! (Prometheus text) and `/health` (the health tree as JSON; `zerobus-sinkctl status
@@ -21,7 +26,7 @@
 //! the stored coverage has no gap.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,10 +36,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use zerobus_sink::{
     Batch, Confirmation, Coverage, CoverageRange, FailedBatch, FailureReason, Raw, SourceTracker,
 };
-use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_catalog::local::coverage_store::CoverageStore;
+use zerobus_sink_catalog::local::{LocalDelta, S3Storage};
 use zerobus_sink_catalog::{SinkId, TableRef};
-use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
+use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig};
 use zerobus_sink_tokio::{
     Confirmer, IsolatedRows, Provisioning, ProxyConfig, Sink, TableDef, ZerobusConfig, ZerobusSink,
 };
@@ -122,13 +127,15 @@ struct Args {
     lag: Duration,
     dir: PathBuf,
     clean: bool,
+    /// `s3://bucket/prefix`: the tables on S3 instead of under `dir/tables`.
+    tables: Option<String>,
     ops: Option<std::net::SocketAddr>,
 }
 
 impl Args {
     fn parse() -> Result<Args, String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        const VALUED: [&str; 7] = [
+        const VALUED: [&str; 8] = [
             "--rows",
             "--batch-rows",
             "--streams",
@@ -136,6 +143,7 @@ impl Args {
             "--materialize-lag-ms",
             "--dir",
             "--ops",
+            "--tables",
         ];
         let mut rest = args.iter();
         while let Some(a) = rest.next() {
@@ -146,7 +154,7 @@ impl Args {
                 "--clean" => {}
                 other => {
                     return Err(format!(
-                        "unknown argument {other:?}; flags: {} N, --dir DIR, --clean, --ops ADDR",
+                        "unknown argument {other:?}; flags: {} N, --dir DIR, --clean, --ops ADDR, --tables s3://BUCKET/PREFIX",
                         VALUED[..5].join(" N, ")
                     ));
                 }
@@ -173,6 +181,14 @@ impl Args {
             lag: Duration::from_millis(number("--materialize-lag-ms", 1_000)?),
             dir,
             clean: args.iter().any(|a| a == "--clean"),
+            tables: match args.iter().position(|a| a == "--tables") {
+                Some(i) => Some(
+                    args.get(i + 1)
+                        .ok_or("--tables needs s3://bucket/prefix")?
+                        .clone(),
+                ),
+                None => None,
+            },
             ops: match args.iter().position(|a| a == "--ops") {
                 Some(i) => {
                     let v = args.get(i + 1).ok_or("--ops needs an address")?;
@@ -192,8 +208,12 @@ struct Contents {
     version: u64,
 }
 
-async fn read_back(root: &Path, rows: i64) -> Result<Contents, String> {
-    let (batches, version) = delta::read_table(root, TABLE).await?;
+async fn read_back(catalog: &LocalDelta, rows: i64) -> Result<Contents, String> {
+    let table = TableRef::parse(TABLE).map_err(|e| e.to_string())?;
+    let (batches, version) = catalog
+        .read_table(&table)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut seen: HashMap<i64, u32> = HashMap::with_capacity(rows.max(0) as usize);
     let mut total = 0u64;
     for b in &batches {
@@ -219,10 +239,16 @@ async fn read_back(root: &Path, rows: i64) -> Result<Contents, String> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse()?;
     let (rows, batch_rows, streams) = (args.rows, args.batch_rows, args.streams);
-    let root = args.dir.join("tables");
+    let catalog = match &args.tables {
+        Some(url) => LocalDelta::on_s3(url, S3Storage::from_env())?,
+        None => LocalDelta::new(args.dir.join("tables")),
+    };
+    let root = catalog
+        .folder()
+        .map_or_else(|| catalog.root_url(), |f| f.display().to_string());
     let emulator = Emulator::start(
         EmulatorConfig::new(args.dir.join("wal"))
-            .delta_root(&root)
+            .delta_catalog(catalog.clone())
             .ack_latency(args.latency)
             .materialize_lag(args.lag),
     )
@@ -231,7 +257,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "emulator on {} (ack latency {:?}), tables under {}; {rows} rows in batches of {batch_rows} over {streams} streams",
         emulator.url(),
         args.latency,
-        root.display()
+        root
     );
 
     // The metrics' recorder goes in before the sink starts (their handles are registered then).
@@ -247,7 +273,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into());
     }
     let source = Source::default();
-    let provisioning = Provisioning::new(LocalDelta::new(&root), "demo");
+    let provisioning = Provisioning::new(catalog.clone(), "demo");
     let mut sink = ZerobusSink::<Raw>::start_provisioned(
         // The emulator is in this process: never through a proxy the environment names.
         ZerobusConfig::new(emulator.url()).proxy(ProxyConfig::Direct),
@@ -325,7 +351,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let materializing = Instant::now();
     let stats = emulator.shutdown().await;
     let materialized_in = materializing.elapsed().as_secs_f64();
-    let contents = read_back(&root, rows).await?;
+    let contents = read_back(&catalog, rows).await?;
     let duplicates = contents.rows - contents.distinct;
     let committed = source
         .tracker
@@ -333,13 +359,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .expect("tracker")
         .committed("orders", 0);
     let table = TableRef::parse(TABLE)?;
-    let location = LocalDelta::new(&root).location(&table);
+    let location = catalog.table_url(&table)?;
     // The coverage, saved beside the table and loaded back as a restarted pipeline would.
     let coverage = source.coverage.lock().expect("coverage").clone();
     let sink_id = SinkId("demo".into());
-    let mut store = CoverageStore::open(LocalDelta::new(&root), &table, sink_id.clone()).await?;
+    let mut store = CoverageStore::open(catalog.clone(), &table, sink_id.clone()).await?;
     store.save(&coverage).await?;
-    let reopened = CoverageStore::open(LocalDelta::new(&root), &table, sink_id).await?;
+    // A restarted pipeline: a new catalog on the same root.
+    let restarted = match &args.tables {
+        Some(url) => LocalDelta::on_s3(url, S3Storage::from_env())?,
+        None => LocalDelta::new(args.dir.join("tables")),
+    };
+    let reopened = CoverageStore::open(restarted, &table, sink_id).await?;
     let gaps = reopened.saved().gaps("orders", 0, 0, rows - 1);
 
     println!("summary:");
@@ -397,15 +428,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     );
     println!(
-        "  table            {} (Delta version {})",
-        location.display(),
+        "  table            {location} (Delta version {})",
         contents.version
     );
     // pyarrow imported first: with deltalake 1.6.6 and pyarrow 26, deltalake alone prints the
     // count and then aborts at exit.
     println!(
         "  open it          python3 -c \"import pyarrow, deltalake; print(deltalake.DeltaTable('{}').to_pyarrow_table().num_rows)\"",
-        location.display()
+        location
+            .to_file_path()
+            .map_or_else(|()| location.to_string(), |p| p.display().to_string())
     );
     let ok = report.rows == rows as u64
         && committed == Some(rows - 1)

@@ -3,9 +3,15 @@
 //! services cannot run here (the open-source `uc-server` has no SQL endpoint). What makes it
 //! honest: it keeps tables in memory and changes them **only** by applying the DDL it receives,
 //! after parsing it with `sqlparser` (Databricks dialect) and converting the parsed types to
-//! Spark JSON with its own code, not the catalog's. Statements alternate between finishing at
-//! once and going PENDING then RUNNING (so polling is exercised); unparseable or impossible DDL
-//! ends FAILED with a message. It answers errors as Databricks does: `{"error_code", "message"}`,
+//! Spark JSON with its own code, not the catalog's. It also executes the DML a coverage store
+//! needs (ADR 0011): `INSERT INTO t [(columns)] VALUES (…), …` appends rows to a table in
+//! memory, each value checked against its column's type and nullability (all rows or none), and
+//! `SELECT columns | * FROM t [WHERE column = literal [AND …]]` answers them in the `JSON_ARRAY`
+//! format with the `INLINE` disposition (every value a string or null), in chunks of
+//! [`UcStub::set_result_chunk_rows`] rows (3 unless a test says) so that fetching
+//! `…/result/chunks/{i}` is exercised. Statements alternate between finishing at once and going
+//! PENDING then RUNNING (so polling is exercised); unparseable or impossible statements end
+//! FAILED with a message. It answers errors as Databricks does: `{"error_code", "message"}`,
 //! with `TABLE_DOES_NOT_EXIST` for a missing table and `SCHEMA_DOES_NOT_EXIST` /
 //! `CATALOG_DOES_NOT_EXIST` for a missing parent (the open-source server's own `errorCode`
 //! shape is checked against that server, in the catalog's `uc_server` test). int64 fields come
@@ -28,6 +34,8 @@ use sqlparser::ast::{
 use sqlparser::dialect::DatabricksDialect;
 use sqlparser::parser::Parser;
 
+mod dml;
+
 #[derive(Debug, Clone)]
 struct Column {
     name: String,
@@ -45,7 +53,24 @@ struct Table {
     table_id: String,
     /// `table_type` and `data_source_format` (`MANAGED`, `DELTA` unless a test says).
     kind: (String, String),
+    /// The rows inserted, in order: a value per column, by position (`Null`, a string, or a
+    /// number).
+    rows: Vec<Vec<Value>>,
 }
+
+/// A query's answer: the columns (name, Spark JSON type) and the rows, every value rendered as
+/// `JSON_ARRAY` renders it (a string, or null).
+#[derive(Debug, Clone)]
+struct ResultSet {
+    columns: Vec<(String, Value)>,
+    rows: Vec<Vec<Option<String>>>,
+}
+
+/// A statement's outcome: a query's result, nothing for DDL and `INSERT`, or a failure.
+type Outcome = Result<Option<ResultSet>, String>;
+
+/// Rows per result chunk unless a test says.
+const CHUNK_ROWS: usize = 3;
 
 /// What the stub makes a table: a managed Delta table, as `CREATE TABLE` on a warehouse does.
 fn managed_delta() -> (String, String) {
@@ -55,7 +80,7 @@ fn managed_delta() -> (String, String) {
 #[derive(Debug)]
 struct Pending {
     polls_left: u32,
-    outcome: Result<(), String>,
+    outcome: Outcome,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +101,8 @@ struct Inner {
     lose_next_statement: bool,
     /// The credentials block to answer with, instead of the AWS one.
     credentials: Option<Value>,
+    /// Rows per result chunk (0: [`CHUNK_ROWS`]).
+    chunk_rows: usize,
 }
 
 /// The stub's shared state, and what tests can see and change.
@@ -121,6 +148,10 @@ impl UcStub {
             .route("/api/2.0/sql/statements", post(submit))
             .route("/api/2.0/sql/statements/{id}", get(poll))
             .route("/api/2.0/sql/statements/{id}/cancel", post(cancel))
+            .route(
+                "/api/2.0/sql/statements/{id}/result/chunks/{index}",
+                get(chunk),
+            )
             .route(
                 "/api/2.1/unity-catalog/temporary-table-credentials",
                 post(credentials),
@@ -215,6 +246,7 @@ impl UcStub {
                 comment: None,
                 table_id,
                 kind: managed_delta(),
+                rows: Vec::new(),
             },
         );
     }
@@ -293,6 +325,29 @@ impl UcStub {
     #[must_use]
     pub fn property(&self, table: &str, key: &str) -> Option<String> {
         self.lock().tables.get(table)?.properties.get(key).cloned()
+    }
+
+    /// Query results come in chunks of `rows` rows (at least 1).
+    pub fn set_result_chunk_rows(&self, rows: usize) {
+        self.lock().chunk_rows = rows.max(1);
+    }
+
+    /// How many rows `table` holds (0 for a table that does not exist).
+    #[must_use]
+    pub fn row_count(&self, table: &str) -> usize {
+        self.lock().tables.get(table).map_or(0, |t| t.rows.len())
+    }
+
+    /// Runs `sql` as if another client had submitted it (e.g. another writer inserting rows),
+    /// with the same checks: the error message if it would end FAILED.
+    ///
+    /// # Errors
+    /// The statement's failure message.
+    pub fn execute_sql(&self, sql: &str) -> Result<(), String> {
+        let mut inner = self.lock();
+        apply(&mut inner, sql)?;
+        inner.executed.push(sql.to_owned());
+        Ok(())
     }
 }
 
@@ -466,6 +521,17 @@ async fn submit(
             "warehouse_id is required",
         );
     }
+    for (field, only) in [("format", "JSON_ARRAY"), ("disposition", "INLINE")] {
+        if let Some(v) = body.get(field).and_then(Value::as_str)
+            && v != only
+        {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "INVALID_PARAMETER_VALUE",
+                &format!("this stub answers {field} {only} only, not {v}"),
+            );
+        }
+    }
     let mut inner = stub.lock();
     let outcome = apply(&mut inner, sql);
     if outcome.is_ok() {
@@ -482,7 +548,8 @@ async fn submit(
     let id = format!("stmt-{}", inner.next_id);
     // Every other statement takes two polls to finish.
     let polls_left = if inner.next_id % 2 == 0 { 2 } else { 0 };
-    let response = status_json(&id, polls_left, &outcome);
+    let chunk_rows = chunk_rows(&inner);
+    let response = status_json(&id, polls_left, &outcome, chunk_rows);
     inner.statements.insert(
         id,
         Pending {
@@ -493,16 +560,78 @@ async fn submit(
     axum::Json(response).into_response()
 }
 
-fn status_json(id: &str, polls_left: u32, outcome: &Result<(), String>) -> Value {
+fn chunk_rows(inner: &Inner) -> usize {
+    if inner.chunk_rows == 0 {
+        CHUNK_ROWS
+    } else {
+        inner.chunk_rows
+    }
+}
+
+fn status_json(id: &str, polls_left: u32, outcome: &Outcome, chunk_rows: usize) -> Value {
     let status = match (polls_left, outcome) {
         (2, _) => json!({"state": "PENDING"}),
         (1, _) => json!({"state": "RUNNING"}),
-        (_, Ok(())) => json!({"state": "SUCCEEDED"}),
+        (_, Ok(_)) => json!({"state": "SUCCEEDED"}),
         (_, Err(m)) => {
             json!({"state": "FAILED", "error": {"error_code": "BAD_REQUEST", "message": m}})
         }
     };
-    json!({ "statement_id": id, "status": status })
+    let mut answer = json!({ "statement_id": id, "status": status });
+    if polls_left == 0
+        && let Ok(Some(result)) = outcome
+    {
+        answer["manifest"] = manifest(result, chunk_rows);
+        answer["result"] = result_chunk(id, result, 0, chunk_rows);
+    }
+    answer
+}
+
+/// A result's manifest, as the Statement Execution API describes one.
+fn manifest(result: &ResultSet, chunk_rows: usize) -> Value {
+    let columns: Vec<Value> = result
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            json!({"name": name, "type_name": type_name(t), "type_text": type_text(t), "position": i})
+        })
+        .collect();
+    let chunks: Vec<Value> = (0..result.rows.len().div_ceil(chunk_rows))
+        .map(|i| {
+            let offset = i * chunk_rows;
+            let count = chunk_rows.min(result.rows.len() - offset);
+            json!({"chunk_index": i, "row_offset": offset, "row_count": count})
+        })
+        .collect();
+    json!({
+        "format": "JSON_ARRAY",
+        "schema": {"column_count": columns.len(), "columns": columns},
+        "total_chunk_count": chunks.len(),
+        "chunks": chunks,
+        "total_row_count": result.rows.len(),
+        "truncated": false,
+    })
+}
+
+/// Chunk `index` of a result: its rows, and the next chunk's index while there is one. An
+/// empty result's chunk 0 has no `data_array`, as the service answers it.
+fn result_chunk(id: &str, result: &ResultSet, index: usize, chunk_rows: usize) -> Value {
+    let offset = index * chunk_rows;
+    let rows = &result.rows[offset.min(result.rows.len())..];
+    let rows = &rows[..rows.len().min(chunk_rows)];
+    let mut chunk = json!({"chunk_index": index, "row_offset": offset, "row_count": rows.len()});
+    if !rows.is_empty() {
+        chunk["data_array"] = json!(rows);
+    }
+    if offset + chunk_rows < result.rows.len() {
+        chunk["next_chunk_index"] = json!(index + 1);
+        chunk["next_chunk_internal_link"] = json!(format!(
+            "/api/2.0/sql/statements/{id}/result/chunks/{}",
+            index + 1
+        ));
+    }
+    chunk
 }
 
 async fn poll(State(stub): State<UcStub>, headers: HeaderMap, Path(id): Path<String>) -> Response {
@@ -518,7 +647,40 @@ async fn poll(State(stub): State<UcStub>, headers: HeaderMap, Path(id): Path<Str
         );
     };
     p.polls_left = p.polls_left.saturating_sub(1);
-    axum::Json(status_json(&id, p.polls_left, &p.outcome)).into_response()
+    let polls_left = p.polls_left;
+    let chunk_rows = chunk_rows(&inner);
+    let p = &inner.statements[&id];
+    axum::Json(status_json(&id, polls_left, &p.outcome, chunk_rows)).into_response()
+}
+
+async fn chunk(
+    State(stub): State<UcStub>,
+    headers: HeaderMap,
+    Path((id, index)): Path<(String, usize)>,
+) -> Response {
+    if let Some(r) = guard(&stub, &headers) {
+        return r;
+    }
+    let inner = stub.lock();
+    let chunk_rows = chunk_rows(&inner);
+    match inner.statements.get(&id) {
+        Some(Pending {
+            polls_left: 0,
+            outcome: Ok(Some(result)),
+        }) if index * chunk_rows < result.rows.len() => {
+            axum::Json(result_chunk(&id, result, index, chunk_rows)).into_response()
+        }
+        Some(_) => error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_PARAMETER_VALUE",
+            &format!("statement {id} has no result chunk {index}"),
+        ),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            "no such statement",
+        ),
+    }
 }
 
 async fn cancel(
@@ -579,13 +741,21 @@ async fn credentials(
 
 // ----- applying DDL ---------------------------------------------------------------------------
 
-fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
+fn apply(inner: &mut Inner, sql: &str) -> Outcome {
     let mut statements = Parser::parse_sql(&DatabricksDialect {}, sql)
         .map_err(|e| format!("PARSE_SYNTAX_ERROR: {e}"))?;
     if statements.len() != 1 {
         return Err(format!("expected one statement, got {}", statements.len()));
     }
     match statements.remove(0) {
+        Statement::Insert(insert) => dml::insert(inner, &insert).map(|()| None),
+        Statement::Query(query) => dml::select(inner, &query).map(Some),
+        other => apply_ddl(inner, other).map(|()| None),
+    }
+}
+
+fn apply_ddl(inner: &mut Inner, statement: Statement) -> Result<(), String> {
+    match statement {
         Statement::CreateTable(c) => {
             let name = object_name(&c.name);
             if inner.tables.contains_key(&name) {
@@ -614,6 +784,7 @@ fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
                     comment: None,
                     table_id,
                     kind: managed_delta(),
+                    rows: Vec::new(),
                 },
             );
             Ok(())
@@ -637,6 +808,10 @@ fn apply(inner: &mut Inner, sql: &str) -> Result<(), String> {
                         }
                         c.nullable = true;
                         table.columns.push(c);
+                        // Existing rows read the new column as null.
+                        for row in &mut table.rows {
+                            row.push(Value::Null);
+                        }
                     }
                     AlterTableOperation::ChangeColumn {
                         old_name,

@@ -1,5 +1,10 @@
-//! The local backend: real Delta tables under a root folder (`root/catalog/schema/table`), with
-//! delta-rs and no datafusion. The embedded default: the demo and the tests use it.
+//! The local backend: real Delta tables under a root (`root/catalog/schema/table`), with
+//! delta-rs and no datafusion. The embedded default: the demo and the tests use it. The root is
+//! a local folder ([`LocalDelta::new`]) or a prefix in S3 or an S3-compatible store
+//! ([`LocalDelta::on_s3`], endpoint and credentials from [`S3Storage`]): delta-rs opens the
+//! tables by URL with the storage options, commits with put-if-absent (`If-None-Match: *`, so
+//! two writers cannot both take a version), and the data files are read through the same
+//! object store.
 //!
 //! Column comments live in the fields' `comment` metadata, the table comment in the Delta
 //! metadata's description, properties in its configuration: where Databricks keeps them too.
@@ -27,6 +32,9 @@
 
 pub mod coverage_store;
 mod read;
+mod s3;
+
+pub use s3::S3Storage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -37,7 +45,7 @@ use deltalake::kernel::transaction::CommitBuilder;
 use deltalake::kernel::{Action as DeltaAction, MetadataExt, MetadataValue, StructField};
 use deltalake::operations::update_table_metadata::TableMetadataUpdate;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::{DeltaTable, DeltaTableError};
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 
 use crate::catalog::{
@@ -57,47 +65,201 @@ use crate::types::{DeltaType, field_json};
 /// `MANAGED` (e.g. `EXTERNAL`): the local backend has no table types of its own.
 pub const TABLE_TYPE_PROPERTY: &str = "zerobus-local.table_type";
 
-/// Delta tables under a root folder.
-#[derive(Clone, Debug)]
+/// Delta tables under a root: a local folder, or a prefix in S3 (or an S3-compatible store).
+/// `Debug` shows the root, never a credential.
+#[derive(Clone)]
 pub struct LocalDelta {
-    root: PathBuf,
+    root: Root,
     /// The table ids first described for writing; clones share them.
     seen: FirstSeen,
 }
 
+/// Where a local catalog keeps its tables.
+#[derive(Clone)]
+enum Root {
+    Folder(PathBuf),
+    /// `s3://bucket/prefix/` and the storage options delta-rs and the object store take.
+    Store {
+        url: Url,
+        storage: S3Storage,
+    },
+}
+
+impl std::fmt::Debug for LocalDelta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.root {
+            Root::Folder(path) => f.debug_struct("LocalDelta").field("root", path).finish(),
+            Root::Store { url, storage } => f
+                .debug_struct("LocalDelta")
+                .field("root", &url.as_str())
+                .field("storage", storage)
+                .finish(),
+        }
+    }
+}
+
 impl LocalDelta {
-    /// Tables live under `root`, which is created if absent.
+    /// Tables live under the folder `root`, which is created if absent.
     #[must_use]
     pub fn new(root: impl Into<PathBuf>) -> LocalDelta {
         LocalDelta {
-            root: root.into(),
+            root: Root::Folder(root.into()),
             seen: FirstSeen::new(),
         }
     }
 
-    /// Where `table` lives.
+    /// Tables live under `root`, `s3://bucket[/prefix]`, reached with `storage` (its endpoint
+    /// for an S3-compatible store or an emulator, its region and credentials). The bucket must
+    /// exist; the store must honour `If-None-Match: *` on `PUT` (AWS S3 does, as do MinIO and
+    /// moto), which keeps two writers from committing the same Delta version.
+    ///
+    /// # Errors
+    /// `root` is not an `s3://` URL with a bucket.
+    pub fn on_s3(root: &str, storage: S3Storage) -> Result<LocalDelta, CatalogError> {
+        let invalid = |reason: &str| CatalogError::InvalidName {
+            name: root.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let mut url = Url::parse(root).map_err(|e| invalid(&e.to_string()))?;
+        if url.scheme() != "s3" || url.host_str().is_none_or(str::is_empty) {
+            return Err(invalid(
+                "a local catalog's object-store root is s3://bucket[/prefix]",
+            ));
+        }
+        if !url.path().ends_with('/') {
+            url.set_path(&format!("{}/", url.path()));
+        }
+        s3::register();
+        Ok(LocalDelta {
+            root: Root::Store { url, storage },
+            seen: FirstSeen::new(),
+        })
+    }
+
+    /// The root folder, if the tables are in one (not on object storage).
+    #[must_use]
+    pub fn folder(&self) -> Option<&Path> {
+        match &self.root {
+            Root::Folder(path) => Some(path),
+            Root::Store { .. } => None,
+        }
+    }
+
+    /// Opens `table`'s Delta table (loaded at its latest version), with this root's storage
+    /// options: for writers of the table outside the catalog (the emulator's materializer).
+    ///
+    /// # Errors
+    /// The table cannot be opened (absent, or its log unreadable).
+    pub async fn open_table(&self, table: &TableRef) -> Result<DeltaTable, CatalogError> {
+        self.open(table).await
+    }
+
+    /// The root: a folder's `file://` URL, or the `s3://` one.
+    #[must_use]
+    pub fn root_url(&self) -> String {
+        match &self.root {
+            Root::Folder(path) => std::fs::canonicalize(path)
+                .ok()
+                .and_then(|p| Url::from_directory_path(p).ok())
+                .map_or_else(|| path.display().to_string(), |u| u.to_string()),
+            Root::Store { url, .. } => url.to_string(),
+        }
+    }
+
+    /// Where `table` lives, for a folder root; under an object-store root, the path of its
+    /// folder below the root (see [`table_url`](Self::table_url) for its URL).
     #[must_use]
     pub fn location(&self, table: &TableRef) -> PathBuf {
-        self.root
-            .join(table.catalog())
+        let relative = Path::new(table.catalog())
             .join(table.schema())
-            .join(table.table())
+            .join(table.table());
+        match &self.root {
+            Root::Folder(root) => root.join(relative),
+            Root::Store { .. } => relative,
+        }
+    }
+
+    /// The URL of `table`'s folder (`file://…/` or `s3://bucket/prefix/catalog/schema/table/`);
+    /// a folder root's folder is created if absent.
+    ///
+    /// # Errors
+    /// The folder cannot be created or resolved.
+    pub fn table_url(&self, table: &TableRef) -> Result<Url, CatalogError> {
+        self.url(table)
+    }
+
+    /// The storage options delta-rs and the object store take (empty for a folder).
+    pub(crate) fn storage_options(&self) -> HashMap<String, String> {
+        match &self.root {
+            Root::Folder(_) => HashMap::new(),
+            Root::Store { url, storage } => storage.options(url),
+        }
     }
 
     fn url(&self, table: &TableRef) -> Result<Url, CatalogError> {
-        let path = self.location(table);
-        std::fs::create_dir_all(&path).map_err(|e| delta_err(table, "create folder", e))?;
-        let absolute =
-            std::fs::canonicalize(&path).map_err(|e| delta_err(table, "resolve folder", e))?;
-        Url::from_directory_path(&absolute)
-            .map_err(|()| delta_err(table, "folder url", format!("{}", absolute.display())))
+        match &self.root {
+            Root::Folder(_) => {
+                let path = self.location(table);
+                std::fs::create_dir_all(&path).map_err(|e| delta_err(table, "create folder", e))?;
+                let absolute = std::fs::canonicalize(&path)
+                    .map_err(|e| delta_err(table, "resolve folder", e))?;
+                Url::from_directory_path(&absolute)
+                    .map_err(|()| delta_err(table, "folder url", format!("{}", absolute.display())))
+            }
+            Root::Store { url, .. } => url
+                .join(&format!(
+                    "{}/{}/{}/",
+                    table.catalog(),
+                    table.schema(),
+                    table.table()
+                ))
+                .map_err(|e| delta_err(table, "table url", e)),
+        }
+    }
+
+    /// The table at `url` (not loaded), with this root's storage options.
+    fn builder(&self, table: &TableRef, url: Url) -> Result<DeltaTableBuilder, CatalogError> {
+        Ok(DeltaTableBuilder::from_url(url)
+            .map_err(|e| delta_err(table, "locate", e))?
+            .with_storage_options(self.storage_options()))
     }
 
     async fn open(&self, table: &TableRef) -> Result<DeltaTable, CatalogError> {
         let url = self.url(table)?;
-        deltalake::open_table(url)
+        self.builder(table, url)?
+            .load()
             .await
             .map_err(|e| delta_err(table, "open", e))
+    }
+
+    /// Whether `table`'s folder holds a Delta log with at least one entry.
+    async fn is_delta_table(&self, table: &TableRef) -> Result<bool, CatalogError> {
+        match &self.root {
+            Root::Folder(_) => Ok(is_delta_table(&self.location(table))),
+            Root::Store { .. } => Ok(!s3::log_entries(self, table).await?.1.is_empty()),
+        }
+    }
+
+    /// The catalog-managed feature the table's log names, if any (delta-rs cannot open such a
+    /// table).
+    async fn logged_catalog_managed(&self, table: &TableRef) -> Option<String> {
+        match &self.root {
+            Root::Folder(_) => logged_catalog_managed(&self.location(table)),
+            Root::Store { .. } => {
+                let (store, entries) = s3::log_entries(self, table).await.ok()?;
+                for path in entries
+                    .iter()
+                    .rev()
+                    .filter(|p| p.extension() == Some("json"))
+                {
+                    let text = s3::read_text(&store, path).await?;
+                    if let Some(found) = catalog_managed_in(&text) {
+                        return found;
+                    }
+                }
+                None
+            }
+        }
     }
 }
 
@@ -301,20 +463,29 @@ fn logged_catalog_managed(location: &Path) -> Option<String> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     commits.sort();
-    let protocol = commits.iter().rev().find_map(|path| {
+    commits.iter().rev().find_map(|path| {
         let text = std::fs::read_to_string(path).ok()?;
-        text.lines()
-            .rev()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find_map(|action| action.get("protocol").cloned())
-    })?;
-    ["writerFeatures", "readerFeatures"]
-        .iter()
-        .filter_map(|key| protocol.get(key).and_then(serde_json::Value::as_array))
-        .flatten()
-        .filter_map(serde_json::Value::as_str)
-        .find(|f| CATALOG_MANAGED_FEATURES.contains(f))
-        .map(str::to_owned)
+        catalog_managed_in(&text)
+    })?
+}
+
+/// In one JSON commit: `None` if it has no protocol action; else the catalog-managed feature
+/// its last protocol action names, if any.
+fn catalog_managed_in(commit: &str) -> Option<Option<String>> {
+    let protocol = commit
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find_map(|action| action.get("protocol").cloned())?;
+    Some(
+        ["writerFeatures", "readerFeatures"]
+            .iter()
+            .filter_map(|key| protocol.get(key).and_then(serde_json::Value::as_array))
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .find(|f| CATALOG_MANAGED_FEATURES.contains(f))
+            .map(str::to_owned),
+    )
 }
 
 fn is_delta_table(path: &Path) -> bool {
@@ -324,8 +495,7 @@ fn is_delta_table(path: &Path) -> bool {
 
 impl TableCatalog for LocalDelta {
     async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
-        let location = self.location(table);
-        if !is_delta_table(&location) {
+        if !self.is_delta_table(table).await? {
             return Ok(None);
         }
         let t = match self.open(table).await {
@@ -333,7 +503,7 @@ impl TableCatalog for LocalDelta {
             Err(e) => {
                 // delta-rs cannot load a catalog-managed table (it wants the catalog's commits):
                 // say which requirement that breaks rather than how the open failed.
-                return match logged_catalog_managed(&location) {
+                return match self.logged_catalog_managed(table).await {
                     Some(feature) => Err(CatalogError::Unwritable {
                         table: table.full_name(),
                         broken: vec![Requirement::NoCatalogManagedCommits { feature }],
@@ -449,15 +619,19 @@ impl TableCatalog for LocalDelta {
         table: &TableRef,
         _access: Access,
     ) -> Result<VendedCredentials, CatalogError> {
-        if !is_delta_table(&self.location(table)) {
+        if !self.is_delta_table(table).await? {
             return Err(CatalogError::TableAbsent {
                 table: table.full_name(),
             });
         }
+        let credentials = match &self.root {
+            Root::Folder(_) => CloudCredentials::None,
+            Root::Store { storage, .. } => storage.credentials(),
+        };
         Ok(VendedCredentials {
             url: self.url(table)?.to_string(),
             expires_at_ms: None,
-            credentials: CloudCredentials::None,
+            credentials,
         })
     }
 }
@@ -515,8 +689,9 @@ impl LocalDelta {
                     comment,
                     properties: p,
                 } => {
-                    let base = DeltaTable::try_from_url(self.url(table)?)
-                        .await
+                    let base = self
+                        .builder(table, self.url(table)?)?
+                        .build()
                         .map_err(|e| delta_err(table, "locate", e))?;
                     let mut create = base
                         .create()

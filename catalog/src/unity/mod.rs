@@ -18,6 +18,7 @@
 //! again.
 
 mod auth;
+mod coverage;
 #[cfg(feature = "iceberg")]
 pub mod iceberg;
 mod models;
@@ -218,13 +219,28 @@ impl UnityCatalog {
 
     /// Runs one statement on the warehouse and waits for a terminal state.
     async fn execute(&self, table: &TableRef, statement: &str) -> Result<(), CatalogError> {
+        self.run(table, statement, None).await.map(drop)
+    }
+
+    /// Runs one statement (with `fields` added to the request, e.g. a query's `format` and
+    /// `disposition`) and waits for it to succeed: the last response, with a query's manifest
+    /// and first chunk.
+    async fn run(
+        &self,
+        table: &TableRef,
+        statement: &str,
+        fields: Option<Value>,
+    ) -> Result<StatementResponse, CatalogError> {
         let target = table.full_name();
-        let body = json!({
+        let mut body = json!({
             "statement": statement,
             "warehouse_id": self.config.warehouse_id,
             "wait_timeout": "30s",
             "on_wait_timeout": "CONTINUE",
         });
+        if let (Some(Value::Object(extra)), Some(b)) = (fields, body.as_object_mut()) {
+            b.extend(extra);
+        }
         let (_, value) = self
             .call(
                 "execute statement",
@@ -262,7 +278,7 @@ impl UnityCatalog {
             response = decode("poll statement", &target, value)?;
         }
         if response.status.state == "SUCCEEDED" {
-            return Ok(());
+            return Ok(response);
         }
         let error = response.status.error.unwrap_or(models::StatementError {
             message: None,

@@ -93,6 +93,43 @@ pub(crate) struct StatementStatus {
 pub(crate) struct StatementResponse {
     pub(crate) statement_id: String,
     pub(crate) status: StatementStatus,
+    /// A query's result schema and chunking (once it SUCCEEDED).
+    #[serde(default)]
+    pub(crate) manifest: Option<ResultManifest>,
+    /// A query's first chunk of rows (once it SUCCEEDED; `INLINE` disposition).
+    #[serde(default)]
+    pub(crate) result: Option<ResultData>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResultManifest {
+    #[serde(default)]
+    pub(crate) format: Option<String>,
+    #[serde(default)]
+    pub(crate) schema: Option<ResultSchema>,
+    /// The result was cut at `row_limit` or `byte_limit`.
+    #[serde(default)]
+    pub(crate) truncated: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResultSchema {
+    #[serde(default)]
+    pub(crate) columns: Vec<ResultColumn>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResultColumn {
+    pub(crate) name: String,
+}
+
+/// One chunk of an `INLINE`, `JSON_ARRAY` result: every value a string (or null).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResultData {
+    #[serde(default)]
+    pub(crate) data_array: Vec<Vec<Option<String>>>,
+    #[serde(default, deserialize_with = "int64_lenient")]
+    pub(crate) next_chunk_index: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

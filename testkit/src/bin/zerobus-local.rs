@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! zerobus-local [--addr 127.0.0.1:50051] [--wal-dir ./zerobus-local-wal]
-//!               [--tables ./zerobus-local-tables] [--materialize-lag-ms 1000]
+//!               [--tables ./zerobus-local-tables | s3://bucket/prefix]
+//!               [--s3-endpoint URL] [--s3-region REGION] [--materialize-lag-ms 1000]
 //!               [--ack-latency-ms 0] [--max-messages-per-ack 0] [--max-streams-per-table N]
 //!               [--metrics-addr 127.0.0.1:9465] [--stream-limits documented|quotas]
 //!               [--max-unacked-rows N] [--service-windows] [--realistic]
@@ -14,8 +15,11 @@
 //! `http://METRICS_ADDR/oidc/v1/token`, a client's `unity_catalog_url` is
 //! `http://METRICS_ADDR`, and a stream without a live token it minted is refused
 //! `UNAUTHENTICATED`). It
-//! serves the Delta tables under `--tables` (the local catalog backend's root: create them with
-//! `zerobus_sink_catalog::local::LocalDelta`, or let the sink provision them): a stream for a
+//! serves the Delta tables under `--tables` (the local catalog backend's root, a folder or
+//! `s3://bucket/prefix` on S3 or an S3-compatible store, `--s3-endpoint` naming it and the
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` variables the
+//! credentials; create them with `zerobus_sink_catalog::local::LocalDelta`, or let the sink
+//! provision them; the write-ahead logs stay in `--wal-dir`): a stream for a
 //! table that does not exist gets `NOT_FOUND`, one whose schema does not fit gets
 //! `SCHEMA_VALIDATION_FAILED`, one for a table the service could not write gets
 //! `INVALID_ARGUMENT` (a table or column name of other characters than ASCII letters, digits
@@ -33,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use zerobus_sink_catalog::local::{LocalDelta, S3Storage};
 use zerobus_sink_testkit::emulator::{
     Emulator, EmulatorConfig, Http2Windows, OAuthClient, StreamLimits,
 };
@@ -54,13 +59,23 @@ struct Flags {
         default_value = "zerobus-local-wal"
     )]
     wal_dir: PathBuf,
-    /// The local catalog's root: DIR/catalog/schema/table.
+    /// The local catalog's root: DIR/catalog/schema/table, or s3://bucket[/prefix] on S3 or an
+    /// S3-compatible store (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+    /// AWS_SESSION_TOKEN; never a flag).
     #[arg(
         long,
         env = "ZEROBUS_LOCAL_TABLES",
         default_value = "zerobus-local-tables"
     )]
-    tables: PathBuf,
+    tables: String,
+    /// For --tables s3://…: the endpoint of an S3-compatible store or an emulator (http:// is
+    /// allowed) [default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS S3].
+    #[arg(long, env = "ZEROBUS_LOCAL_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// For --tables s3://…: the region [default: AWS_REGION or AWS_DEFAULT_REGION, else
+    /// us-east-1].
+    #[arg(long, env = "ZEROBUS_LOCAL_S3_REGION")]
+    s3_region: Option<String>,
     /// How long acked rows wait before they land in the table [default: 1000; 5000 with
     /// --realistic].
     #[arg(long, env = "ZEROBUS_LOCAL_MATERIALIZE_LAG_MS")]
@@ -130,9 +145,26 @@ async fn main() -> ExitCode {
     // that line (a script, a test) must still be graceful, not the default action's kill.
     let stopped = stopped();
     let mut config = EmulatorConfig::new(flags.wal_dir)
-        .delta_root(flags.tables)
         .ack_latency(Duration::from_millis(flags.ack_latency_ms))
         .max_messages_per_ack(flags.max_messages_per_ack);
+    if flags.tables.starts_with("s3://") {
+        let mut storage = S3Storage::from_env();
+        if flags.s3_endpoint.is_some() {
+            storage.endpoint = flags.s3_endpoint.clone();
+        }
+        if flags.s3_region.is_some() {
+            storage.region = flags.s3_region.clone();
+        }
+        match LocalDelta::on_s3(&flags.tables, storage) {
+            Ok(catalog) => config = config.delta_catalog(catalog),
+            Err(e) => {
+                eprintln!("zerobus-local: --tables {}: {e}", flags.tables);
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        config = config.delta_root(PathBuf::from(&flags.tables));
+    }
     if flags.realistic {
         config = config.realistic();
     }
@@ -177,11 +209,12 @@ async fn main() -> ExitCode {
         emulator.url(),
         emulator.wal_dir().display()
     );
-    if let Some(root) = emulator.delta_root() {
-        println!(
-            "tables: Delta tables under {} (catalog/schema/table); acked rows land there",
-            root.display()
-        );
+    let root = match emulator.delta_root() {
+        Some(folder) => Some(folder.display().to_string()),
+        None => emulator.tables_url(),
+    };
+    if let Some(root) = root {
+        println!("tables: Delta tables under {root} (catalog/schema/table); acked rows land there");
     }
     let emulator = Arc::new(emulator);
     let server = match flags.metrics_addr {

@@ -29,7 +29,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::Schema;
-use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::parquet::basic::Compression;
@@ -45,11 +44,13 @@ use super::{Shared, fallback};
 /// The app id of the emulator's transaction identifiers.
 pub const APP_ID: &str = "zerobus-local";
 
-/// The Delta table `table` names under `root`, if it exists.
-async fn describe(root: &Path, table: &str) -> Result<Option<(TableRef, LiveTable)>, Status> {
+/// The Delta table `table` names in `catalog`, if it exists.
+async fn describe(
+    catalog: &LocalDelta,
+    table: &str,
+) -> Result<Option<(TableRef, LiveTable)>, Status> {
     let name = TableRef::parse(table)
         .map_err(|e| Status::invalid_argument(format!("table name {table:?}: {e}")))?;
-    let catalog = LocalDelta::new(root);
     match catalog.describe(&name).await {
         Ok(Some(live)) => Ok(Some((name, live))),
         Ok(None) => Ok(None),
@@ -60,14 +61,14 @@ async fn describe(root: &Path, table: &str) -> Result<Option<(TableRef, LiveTabl
 /// Checks a stream's schema against its table, as the service does at open; returns the
 /// table's columns.
 pub(crate) async fn check_stream(
-    root: &Path,
+    catalog: &LocalDelta,
     table: &str,
     schema: &Schema,
 ) -> Result<Vec<zerobus_sink_catalog::LiveColumn>, Status> {
-    let Some((_, live)) = describe(root, table).await? else {
+    let Some((_, live)) = describe(catalog, table).await? else {
         return Err(Status::not_found(format!(
             "table {table} does not exist (no Delta table under {})",
-            root.display()
+            catalog.root_url()
         )));
     };
     let mut causes = Vec::new();
@@ -146,13 +147,13 @@ pub(crate) struct Progress {
 /// Errors are logged and retried next round (nothing is skipped).
 pub(crate) async fn materialize(
     shared: &Arc<Shared>,
-    root: &Path,
+    catalog: &LocalDelta,
     progress: &mut BTreeMap<String, Progress>,
 ) {
     let tables: Vec<String> = shared.read().tables.keys().cloned().collect();
     for table in tables {
         let p = progress.entry(table.clone()).or_default();
-        match materialize_table(shared, root, &table, p).await {
+        match materialize_table(shared, catalog, &table, p).await {
             Ok(0) => {}
             Ok(rows) => tracing::debug!(table, rows, "materialized"),
             Err(e) => {
@@ -167,7 +168,7 @@ pub(crate) async fn materialize(
 /// position as the commit's transaction version. Returns the rows committed.
 async fn materialize_table(
     shared: &Arc<Shared>,
-    root: &Path,
+    catalog: &LocalDelta,
     table: &str,
     progress: &mut Progress,
 ) -> Result<u64, String> {
@@ -175,14 +176,23 @@ async fn materialize_table(
     if !log.exists() {
         return Ok(0);
     }
-    let Some((name, live)) = describe(root, table)
+    let Some((name, live)) = describe(catalog, table)
         .await
         .map_err(|s| s.message().to_owned())?
     else {
         return Ok(0);
     };
-    let location = LocalDelta::new(root).location(&name);
-    let mut delta = open(&location).await?;
+    // Fallback files go beside a folder's table, or under the WAL directory for a table on
+    // object storage.
+    let location = match catalog.folder() {
+        Some(_) => catalog.location(&name),
+        None => shared
+            .config
+            .wal_dir
+            .join("fallback")
+            .join(catalog.location(&name)),
+    };
+    let mut delta = catalog.open_table(&name).await.map_err(|e| e.to_string())?;
     let cursor = match &progress.cursor {
         Some(c) => c.clone(),
         None => {
@@ -282,12 +292,4 @@ fn writer_properties() -> WriterProperties {
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
         .build()
-}
-
-async fn open(location: &Path) -> Result<DeltaTable, String> {
-    let dir =
-        std::fs::canonicalize(location).map_err(|e| format!("{}: {e}", location.display()))?;
-    let url = url::Url::from_directory_path(&dir)
-        .map_err(|()| format!("{} is not an absolute path", dir.display()))?;
-    deltalake::open_table(url).await.map_err(|e| e.to_string())
 }

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use zerobus_sink_catalog::local::LocalDelta;
 
 use tokio::sync::{Notify, oneshot};
 
@@ -23,8 +23,8 @@ pub(crate) struct Materializer {
 }
 
 impl Materializer {
-    /// Starts materializing the tables under `root` from `shared`'s logs.
-    pub(crate) fn start(shared: Arc<Shared>, root: PathBuf) -> io::Result<Materializer> {
+    /// Starts materializing the tables of `catalog` from `shared`'s logs.
+    pub(crate) fn start(shared: Arc<Shared>, catalog: LocalDelta) -> io::Result<Materializer> {
         let stop = Arc::new(Notify::new());
         let (abort, aborted) = oneshot::channel::<()>();
         let (finished, done) = oneshot::channel::<()>();
@@ -37,7 +37,7 @@ impl Materializer {
             .spawn(move || {
                 runtime.block_on(async move {
                     tokio::select! {
-                        () = run(shared, root, stopped) => {}
+                        () = run(shared, catalog, stopped) => {}
                         // Sent or dropped: either way, stop where we are.
                         _ = aborted => {}
                     }
@@ -72,7 +72,7 @@ impl Materializer {
 }
 
 /// Materializes every `lag` until stopped, then once more.
-async fn run(shared: Arc<Shared>, root: PathBuf, stop: Arc<Notify>) {
+async fn run(shared: Arc<Shared>, catalog: LocalDelta, stop: Arc<Notify>) {
     let lag = shared.config.materialize_lag.max(Duration::from_millis(1));
     let mut progress = BTreeMap::new();
     loop {
@@ -83,7 +83,7 @@ async fn run(shared: Arc<Shared>, root: PathBuf, stop: Arc<Notify>) {
         if !stopped && shared.held.load(std::sync::atomic::Ordering::SeqCst) {
             continue;
         }
-        delta::materialize(&shared, &root, &mut progress).await;
+        delta::materialize(&shared, &catalog, &mut progress).await;
         if stopped {
             return;
         }

@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use materializer::Materializer;
+use zerobus_sink_catalog::local::LocalDelta;
 
 pub use limits::{Pace, StreamLimits};
 pub use oauth::OAuthClient;
@@ -71,6 +72,11 @@ pub struct EmulatorConfig {
     /// checked against their table, and acked rows land in it. `None`: any table name is
     /// accepted and rows stay in the write-ahead logs.
     pub delta_root: Option<PathBuf>,
+    /// Serve the Delta tables of this local catalog instead of [`delta_root`](Self::delta_root)'s
+    /// (one on object storage: [`LocalDelta::on_s3`](zerobus_sink_catalog::local::LocalDelta::on_s3)).
+    /// The write-ahead logs stay in [`wal_dir`](Self::wal_dir), and so do the fallback files of
+    /// rows acked before their table changed (under `wal_dir/fallback/catalog/schema/table`).
+    pub delta_catalog: Option<LocalDelta>,
     /// How long acked rows wait before they are appended to their Delta table (grouped into one
     /// commit per table per round).
     pub materialize_lag: Duration,
@@ -104,6 +110,7 @@ impl EmulatorConfig {
             max_decoded_bytes: 256 << 20,
             tls: None,
             delta_root: None,
+            delta_catalog: None,
             materialize_lag: Duration::from_secs(1),
             stream_limits: None,
             max_unacked_rows: None,
@@ -140,6 +147,23 @@ impl EmulatorConfig {
     pub fn delta_root(mut self, root: impl Into<PathBuf>) -> EmulatorConfig {
         self.delta_root = Some(root.into());
         self
+    }
+
+    /// Serves the Delta tables of `catalog` (e.g. on S3) and materializes acked rows into them
+    /// ([`delta`]).
+    #[must_use]
+    pub fn delta_catalog(mut self, catalog: LocalDelta) -> EmulatorConfig {
+        self.delta_catalog = Some(catalog);
+        self
+    }
+
+    /// The local catalog whose tables it serves, if any: [`delta_catalog`](Self::delta_catalog),
+    /// else one on [`delta_root`](Self::delta_root).
+    #[must_use]
+    pub fn catalog(&self) -> Option<LocalDelta> {
+        self.delta_catalog
+            .clone()
+            .or_else(|| self.delta_root.as_ref().map(LocalDelta::new))
     }
 
     /// Sets [`materialize_lag`](EmulatorConfig::materialize_lag).
@@ -492,8 +516,8 @@ impl Emulator {
         let service = FlightServiceServer::new(service::Service::new(shared.clone()))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
-        let materializer = match shared.config.delta_root.clone() {
-            Some(root) => Some(Materializer::start(shared.clone(), root)?),
+        let materializer = match shared.config.catalog() {
+            Some(catalog) => Some(Materializer::start(shared.clone(), catalog)?),
             None => None,
         };
         let (stop, stopped) = oneshot::channel::<()>();
@@ -569,10 +593,16 @@ impl Emulator {
         &self.shared.config.wal_dir
     }
 
-    /// Where its Delta tables are, if it serves any.
+    /// Where its Delta tables are, if it serves a folder's.
     #[must_use]
     pub fn delta_root(&self) -> Option<&Path> {
         self.shared.config.delta_root.as_deref()
+    }
+
+    /// Where its Delta tables are, as a URL (`file://…/` or `s3://…/`), if it serves any.
+    #[must_use]
+    pub fn tables_url(&self) -> Option<String> {
+        self.shared.config.catalog().map(|c| c.root_url())
     }
 
     /// Holds materialization back (`true`) or lets it go on (`false`): acked rows stay in the
@@ -589,7 +619,7 @@ impl Emulator {
     /// Waits until `table`'s Delta table holds every row its write-ahead log held when this was
     /// called (the materializer has caught up). Returns at once without a Delta root.
     pub async fn until_materialized(&self, table: &str) {
-        if self.shared.config.delta_root.is_none() {
+        if self.shared.config.delta_root.is_none() && self.shared.config.delta_catalog.is_none() {
             return;
         }
         let logged = std::fs::metadata(self.wal_path(table)).map_or(0, |m| m.len());

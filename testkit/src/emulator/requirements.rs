@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tonic::Status;
-use zerobus_sink_catalog::local::{LocalDelta, TABLE_TYPE_PROPERTY};
-use zerobus_sink_catalog::{TableCatalog, TableRef};
+use zerobus_sink_catalog::local::TABLE_TYPE_PROPERTY;
+use zerobus_sink_catalog::{CatalogError, Requirement, TableCatalog, TableRef};
 
 use super::Shared;
 
@@ -81,7 +81,7 @@ fn ascii_identifier(name: &str) -> bool {
 /// Checks a stream's table at open. `Ok(None)`: nothing to watch (no catalog root, or no such
 /// table: the schema check answers `NOT_FOUND`).
 pub(crate) async fn at_open(shared: &Arc<Shared>, table: &str) -> Result<Option<Watch>, Status> {
-    let Some(root) = &shared.config.delta_root else {
+    let Some(catalog) = shared.config.catalog() else {
         return Ok(None);
     };
     if table
@@ -100,14 +100,26 @@ pub(crate) async fn at_open(shared: &Arc<Shared>, table: &str) -> Result<Option<
     let Ok(name) = TableRef::parse(table) else {
         return Ok(None);
     };
-    let catalog = LocalDelta::new(root);
     let location = catalog.location(&name);
     let live = match catalog.describe(&name).await {
         Ok(Some(live)) => live,
         Ok(None) => return Ok(None),
         Err(e) => {
-            // delta-rs cannot open a table with catalog-managed commits: read its log.
-            return Err(match logged_catalog_managed(&location) {
+            // delta-rs cannot open a table with catalog-managed commits: the catalog read its
+            // log and named the feature (a folder's log is read here too).
+            let named = match &e {
+                CatalogError::Unwritable { broken, .. } => broken.iter().find_map(|r| match r {
+                    Requirement::NoCatalogManagedCommits { feature } => Some(feature.clone()),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            let feature = named.or_else(|| {
+                catalog
+                    .folder()
+                    .and_then(|_| logged_catalog_managed(&location))
+            });
+            return Err(match feature {
                 Some(feature) => catalog_managed(shared, table, &feature),
                 None => Status::internal(format!("describe {table}: {e}")),
             });

@@ -303,8 +303,8 @@ impl Connection {
             Ok(watch) => watch,
             Err(status) => return self.fail(status),
         };
-        if let Some(root) = &self.shared.config.delta_root {
-            match delta::check_stream(root, &self.call.table, &schema).await {
+        if let Some(catalog) = self.shared.config.catalog() {
+            match delta::check_stream(&catalog, &self.call.table, &schema).await {
                 Err(status) => return self.fail(status),
                 Ok(columns) => {
                     if let Some(t) = self.shared.lock().tables.get_mut(&self.call.table) {
