@@ -15,6 +15,8 @@
 #[path = "../soak/emulator.rs"]
 #[allow(dead_code)] // the kills are the soak's
 mod emulator;
+#[path = "../soak/rss.rs"]
+mod rss;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use rss::rss_mib;
 use zerobus_sink::{Confirmation, FailedBatch, FailureReason, Raw, Token};
 use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_tokio::{
@@ -38,19 +41,6 @@ impl Confirmer<Raw> for Quiet {
         );
     }
     fn isolated(&mut self, _: &str, _: IsolatedRows<Raw>) {}
-}
-
-fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|k| k.parse::<f64>().ok())
-            })
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 fn schema() -> SchemaRef {

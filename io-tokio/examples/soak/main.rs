@@ -18,6 +18,7 @@
 mod emulator;
 mod flaky;
 mod plot;
+mod rss;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ use zerobus_sink_tokio::{
 };
 
 use plot::Sample;
+use rss::rss_mib;
 
 struct Args {
     minutes: f64,
@@ -159,19 +161,6 @@ impl Confirmer<Raw> for Ledger {
     fn isolated(&mut self, _table: &str, rows: IsolatedRows<Raw>) {
         self.0.lock().unwrap().isolated_rows += rows.batch.num_rows() as u64;
     }
-}
-
-fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|k| k.parse::<f64>().ok())
-            })
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 fn name(i: usize) -> String {

@@ -1,0 +1,15 @@
+//! This process's resident memory, read from `/proc/self/status` (0 where there is none).
+
+/// `VmRSS` in MiB.
+pub fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|k| k.parse::<f64>().ok())
+            })
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
