@@ -17,8 +17,6 @@ use zerobus_sink::{Coverage, CoverageRange};
 /// The Unity Catalog backend or the local one (the Unity client boxed: it is ten times the
 /// size of the local one).
 #[derive(Debug)]
-// One per sink, built once: the local backend's size (its S3 options) costs nothing here.
-#[allow(clippy::large_enum_variant)]
 pub enum AnyCatalog {
     /// Unity Catalog (Databricks, or the open-source server).
     Unity(Box<UnityCatalog>),

@@ -78,21 +78,24 @@ pub struct LocalDelta {
 #[derive(Clone)]
 enum Root {
     Folder(PathBuf),
-    /// `s3://bucket/prefix/` and the storage options delta-rs and the object store take.
-    Store {
-        url: Url,
-        storage: S3Storage,
-    },
+    /// `s3://bucket/prefix/` and how to reach it (boxed: the folder is the common case).
+    Store(Box<StoreRoot>),
+}
+
+#[derive(Clone)]
+struct StoreRoot {
+    url: Url,
+    storage: S3Storage,
 }
 
 impl std::fmt::Debug for LocalDelta {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.root {
             Root::Folder(path) => f.debug_struct("LocalDelta").field("root", path).finish(),
-            Root::Store { url, storage } => f
+            Root::Store(store) => f
                 .debug_struct("LocalDelta")
-                .field("root", &url.as_str())
-                .field("storage", storage)
+                .field("root", &store.url.as_str())
+                .field("storage", &store.storage)
                 .finish(),
         }
     }
@@ -131,7 +134,7 @@ impl LocalDelta {
         }
         s3::register();
         Ok(LocalDelta {
-            root: Root::Store { url, storage },
+            root: Root::Store(Box::new(StoreRoot { url, storage })),
             seen: FirstSeen::new(),
         })
     }
@@ -141,7 +144,7 @@ impl LocalDelta {
     pub fn folder(&self) -> Option<&Path> {
         match &self.root {
             Root::Folder(path) => Some(path),
-            Root::Store { .. } => None,
+            Root::Store(_) => None,
         }
     }
 
@@ -162,7 +165,7 @@ impl LocalDelta {
                 .ok()
                 .and_then(|p| Url::from_directory_path(p).ok())
                 .map_or_else(|| path.display().to_string(), |u| u.to_string()),
-            Root::Store { url, .. } => url.to_string(),
+            Root::Store(store) => store.url.to_string(),
         }
     }
 
@@ -175,7 +178,7 @@ impl LocalDelta {
             .join(table.table());
         match &self.root {
             Root::Folder(root) => root.join(relative),
-            Root::Store { .. } => relative,
+            Root::Store(_) => relative,
         }
     }
 
@@ -192,7 +195,7 @@ impl LocalDelta {
     pub(crate) fn storage_options(&self) -> HashMap<String, String> {
         match &self.root {
             Root::Folder(_) => HashMap::new(),
-            Root::Store { url, storage } => storage.options(url),
+            Root::Store(store) => store.storage.options(&store.url),
         }
     }
 
@@ -206,7 +209,8 @@ impl LocalDelta {
                 Url::from_directory_path(&absolute)
                     .map_err(|()| delta_err(table, "folder url", format!("{}", absolute.display())))
             }
-            Root::Store { url, .. } => url
+            Root::Store(store) => store
+                .url
                 .join(&format!(
                     "{}/{}/{}/",
                     table.catalog(),
@@ -236,7 +240,7 @@ impl LocalDelta {
     async fn is_delta_table(&self, table: &TableRef) -> Result<bool, CatalogError> {
         match &self.root {
             Root::Folder(_) => Ok(is_delta_table(&self.location(table))),
-            Root::Store { .. } => Ok(!s3::log_entries(self, table).await?.1.is_empty()),
+            Root::Store(_) => Ok(!s3::log_entries(self, table).await?.1.is_empty()),
         }
     }
 
@@ -245,7 +249,7 @@ impl LocalDelta {
     async fn logged_catalog_managed(&self, table: &TableRef) -> Option<String> {
         match &self.root {
             Root::Folder(_) => logged_catalog_managed(&self.location(table)),
-            Root::Store { .. } => {
+            Root::Store(_) => {
                 let (store, entries) = s3::log_entries(self, table).await.ok()?;
                 for path in entries
                     .iter()
@@ -626,7 +630,7 @@ impl TableCatalog for LocalDelta {
         }
         let credentials = match &self.root {
             Root::Folder(_) => CloudCredentials::None,
-            Root::Store { storage, .. } => storage.credentials(),
+            Root::Store(store) => store.storage.credentials(),
         };
         Ok(VendedCredentials {
             url: self.url(table)?.to_string(),
