@@ -14,10 +14,20 @@ pub struct Sample {
     pub pending: f64,
     /// Resident memory, MiB.
     pub rss_mib: f64,
+    /// Live heap bytes (allocated and not freed, counted by the global allocator), MiB.
+    pub heap_mib: f64,
+    /// The highest live heap since the previous sample, MiB.
+    pub heap_peak_mib: f64,
 }
 
-/// A panel: its title and the value it plots.
-type Panel = (&'static str, fn(&Sample) -> f64);
+/// A panel: its title, the value it plots (black) and optional second and third ones (green,
+/// light green).
+type Panel = (
+    &'static str,
+    fn(&Sample) -> f64,
+    Option<fn(&Sample) -> f64>,
+    Option<fn(&Sample) -> f64>,
+);
 
 const W: f64 = 900.0;
 const PANEL: f64 = 180.0;
@@ -29,9 +39,14 @@ const GAP: f64 = 40.0;
 pub fn svg(samples: &[Sample], kills: &[f64], drifts: &[f64], outage: (f64, f64)) -> String {
     let end = samples.last().map_or(1.0, |s| s.t).max(1.0);
     let panels: [Panel; 3] = [
-        ("durable rows/s", |s| s.rows_per_sec),
-        ("pending rows", |s| s.pending),
-        ("resident memory (MiB)", |s| s.rss_mib),
+        ("durable rows/s", |s| s.rows_per_sec, None, None),
+        ("pending rows", |s| s.pending, None, None),
+        (
+            "memory (MiB): resident (black), live heap (green), its peak per 5 s (light green)",
+            |s| s.rss_mib,
+            Some(|s| s.heap_mib),
+            Some(|s| s.heap_peak_mib),
+        ),
     ];
     let height = GAP + 3.0 * (PANEL + GAP);
     let mut out = String::new();
@@ -40,9 +55,17 @@ pub fn svg(samples: &[Sample], kills: &[f64], drifts: &[f64], outage: (f64, f64)
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="12">"##
     );
     let _ = write!(out, r##"<rect width="100%" height="100%" fill="white"/>"##);
-    for (i, (title, value)) in panels.iter().enumerate() {
+    for (i, (title, value, second, third)) in panels.iter().enumerate() {
         let top = GAP + i as f64 * (PANEL + GAP);
-        let max = samples.iter().map(value).fold(0.0_f64, f64::max).max(1.0);
+        let max = samples
+            .iter()
+            .map(|s| {
+                value(s)
+                    .max(second.map_or(0.0, |f| f(s)))
+                    .max(third.map_or(0.0, |f| f(s)))
+            })
+            .fold(0.0_f64, f64::max)
+            .max(1.0);
         let x = |t: f64| LEFT + (W - LEFT - 20.0) * t / end;
         let y = |v: f64| top + PANEL - PANEL * v / max;
         let _ = write!(
@@ -72,15 +95,19 @@ pub fn svg(samples: &[Sample], kills: &[f64], drifts: &[f64], outage: (f64, f64)
                 top + PANEL
             );
         }
-        let points: Vec<String> = samples
-            .iter()
-            .map(|s| format!("{:.1},{:.1}", x(s.t), y(value(s))))
-            .collect();
-        let _ = write!(
-            out,
-            r##"<polyline fill="none" stroke="black" stroke-width="1.2" points="{}"/>"##,
-            points.join(" ")
-        );
+        let series = [(*third, "#9d9"), (Some(*value), "black"), (*second, "#2a2")];
+        for (f, colour) in series {
+            let Some(f) = f else { continue };
+            let points: Vec<String> = samples
+                .iter()
+                .map(|s| format!("{:.1},{:.1}", x(s.t), y(f(s))))
+                .collect();
+            let _ = write!(
+                out,
+                r##"<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{}"/>"##,
+                points.join(" ")
+            );
+        }
         let _ = write!(
             out,
             r##"<rect x="{LEFT}" y="{top}" width="{}" height="{PANEL}" fill="none" stroke="#888"/>"##,
