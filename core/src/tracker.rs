@@ -107,6 +107,7 @@ impl Partition {
         while self.open.front().is_some_and(|r| r.outstanding == 0) {
             self.committed = self.open.pop_front().map(|r| r.end);
         }
+        crate::window::release_peak(&mut self.open);
         (self.committed != before)
             .then_some(self.committed)
             .flatten()
@@ -280,6 +281,20 @@ mod tests {
 
     fn settle(t: &mut SourceTracker, token: Token<Raw>) -> Option<i64> {
         t.settle(token.position()).unwrap().map(|p| p.offset)
+    }
+
+    #[test]
+    fn a_backlog_of_reads_does_not_stay_allocated_after_it_commits() {
+        let mut t = SourceTracker::new();
+        let tokens: Vec<_> = (0..5_000)
+            .flat_map(|i| t.read("o", 0, i, 1).unwrap())
+            .collect();
+        for token in tokens {
+            settle(&mut t, token);
+        }
+        assert_eq!(t.committed("o", 0), Some(4_999));
+        let open = &t.partitions[&("o".to_owned(), 0)].open;
+        assert!(open.capacity() <= 256, "kept {} reads' room", open.capacity());
     }
 
     #[test]

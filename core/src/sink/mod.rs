@@ -8,6 +8,8 @@
 
 mod deal;
 mod input;
+#[cfg(test)]
+mod peak_tests;
 mod pump;
 mod recovery;
 mod sched;
@@ -593,6 +595,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return out;
         }
         if let Some(at) = self.idle_until(now) {
+            crate::window::release_peak(&mut self.outputs);
             return Output::Timeout(at);
         }
         self.poll_work(now)
@@ -621,7 +624,10 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             }
             match self.next_deadline(now) {
                 Some(at) if at <= now => continue,
-                at => return Output::Timeout(at),
+                at => {
+                    crate::window::release_peak(&mut self.outputs);
+                    return Output::Timeout(at);
+                }
             }
         }
         self.outputs.pop_front().unwrap_or(Output::Timeout(Some(

@@ -383,6 +383,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 self.slots[t.first_slot + k].assign(q);
                 self.sched.mark_slot(t.first_slot + k);
             }
+            crate::window::release_peak(&mut t.queue);
             // A deal hands out the queue: once it is given out, it is over.
             if t.queue.is_empty() {
                 t.deal.clear();

@@ -332,6 +332,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 durable_rows: 0,
             });
         }
+        crate::window::release_peak(&mut t.queue);
         Some(crate::event::Failed {
             table,
             slot: None,

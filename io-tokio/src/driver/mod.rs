@@ -760,7 +760,14 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                         self.shared.tokens.invalidate(&wire.name);
                     }
                 }
-                Output::Timeout(at) => return at,
+                Output::Timeout(at) => {
+                    // The core has nothing more to do: give back what a backlog's peak (a
+                    // reconnect, an outage) left in the per-batch maps.
+                    release_peak(&mut self.receipts);
+                    release_peak(&mut self.sent);
+                    release_peak(&mut self.attempts);
+                    return at;
+                }
                 _ => {}
             }
         }
@@ -828,5 +835,17 @@ async fn sleep(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Entries a per-batch map keeps room for whatever its past peak.
+const KEEP: usize = 1024;
+
+/// Gives back the capacity a backlog's peak left in a per-batch map once it holds less than an
+/// eighth of it (a `HashMap` never shrinks on its own: each larger backlog raised what the sink
+/// held for its life). Maps that stay under `4 * KEEP` are never touched.
+pub(crate) fn release_peak<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 4 * KEEP && map.len() * 8 < map.capacity() {
+        map.shrink_to((map.len() * 2).max(KEEP));
     }
 }
