@@ -143,6 +143,49 @@ fn bug_2_tables_under_the_cap_do_not_evict_each_other_when_ready_is_slow() {
     assert_eq!(s.metrics().evictions, 1, "b waited its turn: one eviction");
 }
 
+/// Issue 50 (`many_tables`: 1,000 tables under a cap of 200): the tables just seated had sent
+/// their one batch and sat idle within their residency, so the only tables past theirs, the
+/// busy ones, were evicted, went to the back of a line of hundreds and waited ~90 s there.
+#[test]
+fn bug_50_an_idle_table_gives_way_before_a_busy_one_past_its_residency() {
+    let mut s: Sink = SinkCore::new(SinkConfig {
+        max_open_streams: 2,
+        ..SinkConfig::default()
+    })
+    .unwrap();
+    let spec = |name: &str| TableSpec::new(name).sizing(PoolSizing::fixed(1));
+    let busy = s.add_table(spec("main.bronze.busy")).unwrap();
+    let idle = s.add_table(spec("main.bronze.idle")).unwrap();
+    let waiting = s.add_table(spec("main.bronze.waiting")).unwrap();
+    // busy: READY at 0, a batch unacked from 11 s (past its residency, with work).
+    s.submit(t(0), busy, vec![0u8; 5], token(1)).unwrap();
+    let out = drain(&mut s, t(0));
+    ack(&mut s, t(0), sends(&out)[0].1, 5);
+    drain(&mut s, t(0));
+    // idle: READY at 11 s, its one batch acked (within its residency, nothing left).
+    s.submit(t(11_000), idle, vec![0u8; 5], token(2)).unwrap();
+    s.submit(t(11_000), busy, vec![0u8; 5], token(3)).unwrap();
+    let out = drain(&mut s, t(11_000));
+    let idle_conn = sends(&out)
+        .into_iter()
+        .find(|(slot, ..)| slot.index() == 1)
+        .expect("idle's batch sent")
+        .1;
+    ack(&mut s, t(11_000), idle_conn, 5);
+    drain(&mut s, t(11_000));
+    // A third table with work waits for a stream at 12 s.
+    s.submit(t(12_000), waiting, vec![0u8; 5], token(4)).unwrap();
+    assert_eq!(s.metrics().evictions, 0, "the two fitted under the cap");
+    let out = drain_raw(&mut s, t(12_000));
+    // Before the fix: busy (slot 0) was evicted, its unacked batch draining first.
+    assert_eq!(
+        transcript(&out),
+        ["Close(slot 1, conn 1, graceful: true)"],
+        "the idle table's stream is closed, the busy one's kept"
+    );
+    assert_eq!(s.metrics().evictions, 1);
+}
+
 #[test]
 fn bug_2_a_residency_below_the_backoff_is_refused_at_validation() {
     for residency in [Duration::ZERO, Duration::from_millis(100)] {

@@ -300,19 +300,38 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
     }
 
     /// Starts evicting the least recently used warm table past its residency, unless one is
-    /// already being evicted.
+    /// already being evicted. When that table still has work (batches queued or unacked) and
+    /// another warm table has carried all it had (READY, nothing queued or unacked), the idle
+    /// one gives way instead, even within its residency: a busy table evicted goes to the back
+    /// of the line and waits for every table ahead of it, while the idle one would only hold
+    /// its streams unused. (At 1,000 tables under a cap of 200 the tables just seated were all
+    /// idle and within their residency, so the busy ones, past theirs, were evicted again and
+    /// again: the `many_tables` example, docs/performance.md.)
     fn evict_for(&mut self, waiting: usize, now: Time) {
-        if self
-            .tables
-            .iter()
-            .any(|t| t.status == TableStatus::Evicting)
-        {
+        // One eviction at a time, until its streams are back: an evicted table goes cold
+        // while its half-closed calls still count against the cap (issue 50: without the
+        // second test, each turn evicted two tables for one).
+        let freeing = |t: &super::TableState<L, B>| {
+            t.status == TableStatus::Evicting
+                || (t.status == TableStatus::Cold
+                    && self.slots[t.slots()].iter().any(|s| s.closing.is_some()))
+        };
+        if self.tables.iter().any(freeing) {
             return;
         }
-        let victim = (0..self.tables.len())
-            .filter(|&i| i != waiting && self.tables[i].status == TableStatus::Warm)
+        let warm = |i: usize| i != waiting && self.tables[i].status == TableStatus::Warm;
+        let lru = (0..self.tables.len())
+            .filter(|&i| warm(i))
             .filter(|&i| now >= self.evictable_at(i))
             .min_by_key(|&i| (self.tables[i].last_used, i));
+        let victim = match lru {
+            Some(busy) if self.has_work(busy) => (0..self.tables.len())
+                .filter(|&i| warm(i))
+                .filter(|&i| self.tables[i].ready_since.is_some() && !self.has_work(i))
+                .min_by_key(|&i| (self.tables[i].last_used, i))
+                .or(Some(busy)),
+            lru => lru,
+        };
         if let Some(victim) = victim {
             self.tables[victim].status = TableStatus::Evicting;
             self.metrics.evictions += 1;
