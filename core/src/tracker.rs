@@ -294,7 +294,11 @@ mod tests {
         }
         assert_eq!(t.committed("o", 0), Some(4_999));
         let open = &t.partitions[&("o".to_owned(), 0)].open;
-        assert!(open.capacity() <= 256, "kept {} reads' room", open.capacity());
+        assert!(
+            open.capacity() <= 256,
+            "kept {} reads' room",
+            open.capacity()
+        );
     }
 
     #[test]

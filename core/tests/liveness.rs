@@ -174,7 +174,8 @@ fn bug_50_an_idle_table_gives_way_before_a_busy_one_past_its_residency() {
     ack(&mut s, t(11_000), idle_conn, 5);
     drain(&mut s, t(11_000));
     // A third table with work waits for a stream at 12 s.
-    s.submit(t(12_000), waiting, vec![0u8; 5], token(4)).unwrap();
+    s.submit(t(12_000), waiting, vec![0u8; 5], token(4))
+        .unwrap();
     assert_eq!(s.metrics().evictions, 0, "the two fitted under the cap");
     let out = drain_raw(&mut s, t(12_000));
     // Before the fix: busy (slot 0) was evicted, its unacked batch draining first.

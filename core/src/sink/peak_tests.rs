@@ -1,7 +1,9 @@
 //! A backlog's peak is given back once it drains (issue 50: the soak's live heap rose at each
 //! `kill -9`, with the rows pending then, and stayed: queues kept their high-water marks).
 
-use crate::{Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token};
+use crate::{
+    Handled, Input, Output, PoolSizing, Raw, SinkConfig, SinkCore, TableSpec, Time, Token,
+};
 
 #[test]
 fn a_backlog_peak_does_not_stay_allocated_after_it_drains() {
@@ -14,7 +16,12 @@ fn a_backlog_peak_does_not_stay_allocated_after_it_drains() {
     let mut admitted = 0u64;
     while admitted < 5_000
         && sink
-            .submit(Time::ZERO, table, vec![0u32; 10], Token::raw("peak", 0, admitted as i64))
+            .submit(
+                Time::ZERO,
+                table,
+                vec![0u32; 10],
+                Token::raw("peak", 0, admitted as i64),
+            )
             .is_ok()
     {
         admitted += 1;
@@ -26,7 +33,10 @@ fn a_backlog_peak_does_not_stay_allocated_after_it_drains() {
         loop {
             match sink.poll_output(Time::ZERO) {
                 Output::Open { conn, .. } => {
-                    assert_eq!(sink.handle(Time::ZERO, Input::ready(conn)), Handled::Applied);
+                    assert_eq!(
+                        sink.handle(Time::ZERO, Input::ready(conn)),
+                        Handled::Applied
+                    );
                     live.push((conn, 0));
                 }
                 Output::Send(t) => {
@@ -48,10 +58,17 @@ fn a_backlog_peak_does_not_stay_allocated_after_it_drains() {
     }
     assert_eq!(confirmed, admitted, "every batch confirmed");
     let t = &sink.tables[table.index()];
-    assert!(t.queue.capacity() <= 256, "the queue kept room for {}", t.queue.capacity());
+    assert!(
+        t.queue.capacity() <= 256,
+        "the queue kept room for {}",
+        t.queue.capacity()
+    );
     for slot in t.slots() {
         let kept = sink.slots[slot].pending_capacity();
-        assert!(kept <= 256, "slot {slot} kept room for {kept} pending batches");
+        assert!(
+            kept <= 256,
+            "slot {slot} kept room for {kept} pending batches"
+        );
     }
     assert!(
         sink.outputs.capacity() <= 256,

@@ -470,7 +470,8 @@ async fn run() -> Result<bool, String> {
     let replay_bound = events.replay_bound;
     let ok = missing == 0 && duplicates <= replay_bound && flush.is_ok() && memory_ok;
 
-    let mut csv = String::from("t_s,durable_rows_per_s,pending_rows,rss_mib,heap_mib,heap_peak_mib\n");
+    let mut csv =
+        String::from("t_s,durable_rows_per_s,pending_rows,rss_mib,heap_mib,heap_peak_mib\n");
     for s in &samples {
         csv.push_str(&format!(
             "{:.1},{:.0},{:.0},{:.1},{:.1},{:.1}\n",
