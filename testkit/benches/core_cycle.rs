@@ -1,5 +1,6 @@
 //! The core's own cost per submit + send + ack + confirm cycle, across shapes from one slot to
-//! 64 tables x 4 slots, and the heap allocations the core makes per cycle.
+//! 64 tables x 4 slots, and 1,000 tables x 2 slots under a stream cap of 200, and the heap
+//! allocations the core makes per cycle.
 //!
 //! The caller's own work is kept out of what is timed and counted: its tokens are built before
 //! each timed chunk of 4,096 cycles and the committed positions dropped after it, the batch is a
@@ -10,8 +11,14 @@
 //!
 //! Run: `cargo bench -p zerobus-sink-testkit --bench core_cycle` (`ZEROBUS_BENCH_CYCLES`,
 //! default 2,000,000 per shape; `ZEROBUS_BENCH_REPEAT`, default 5 repetitions per shape;
-//! `ZEROBUS_BENCH_SHAPES`, e.g. `1x1,64x4`, default every shape; `ZEROBUS_BENCH_PER_ACK`, 1 or
-//! 64, default both).
+//! `ZEROBUS_BENCH_SHAPES`, e.g. `1x1,64x4,1000x2/200`, default every shape;
+//! `ZEROBUS_BENCH_PER_ACK`, 1 or 64, default both).
+//!
+//! A shape `T x S / C` registers T tables of S slots under `max_open_streams = C`; the cycles
+//! go round-robin over the C / S tables that fit (the rest registered, cold and idle), so the
+//! cell shows what the registered tables and the cap cost a batch on a warm table. The turns
+//! tables take under the cap (eviction, drain, open) are not in it: the `many_tables` example
+//! measures those end to end.
 
 use std::alloc::System;
 use std::hint::black_box;
@@ -50,11 +57,22 @@ const CHUNK: u64 = 4_096;
 struct Shape {
     tables: u16,
     slots: u16,
+    /// `max_open_streams`; `tables x slots` when `None`.
+    cap: Option<u16>,
     per_ack: u64,
+}
+
+impl Shape {
+    /// The tables the cycles go to: those whose streams fit under the cap.
+    fn active(&self) -> u16 {
+        self.cap
+            .map_or(self.tables, |cap| (cap / self.slots).min(self.tables))
+    }
 }
 
 struct Bench {
     sink: SinkCore<Raw, Rows>,
+    /// The tables the cycles go to (the first `Shape::active` registered).
     tables: Vec<TableId>,
     /// Per slot: the live connection and the rows sent on it.
     conns: Vec<Option<(ConnId<Raw>, u64)>>,
@@ -68,18 +86,20 @@ struct Bench {
 impl Bench {
     fn new(shape: &Shape) -> Bench {
         let config = SinkConfig {
-            max_open_streams: shape.tables * shape.slots,
+            max_open_streams: shape.cap.unwrap_or(shape.tables * shape.slots),
             ..SinkConfig::default()
         };
         let mut sink = SinkCore::<Raw, Rows>::new(config).expect("config");
-        let tables: Vec<TableId> = (0..shape.tables)
+        let mut tables: Vec<TableId> = (0..shape.tables)
             .map(|t| {
                 let spec = TableSpec::new(format!("main.bench.t{t}"))
                     .sizing(PoolSizing::fixed(shape.slots));
                 sink.add_table(spec).expect("table")
             })
             .collect();
+        tables.truncate(usize::from(shape.active()));
         let slots = usize::from(shape.tables * shape.slots);
+        let warm_slots = usize::from(shape.active() * shape.slots);
         let mut bench = Bench {
             sink,
             tables,
@@ -89,7 +109,7 @@ impl Bench {
             committed: Vec::with_capacity(CHUNK as usize * 2),
         };
         // Open every stream before timing: one batch per slot.
-        let warm: Vec<_> = (0..slots as u64).map(token).collect();
+        let warm: Vec<_> = (0..warm_slots as u64).map(token).collect();
         bench.round(warm, 1);
         bench.committed.clear();
         bench
@@ -196,22 +216,34 @@ fn env(name: &str, default: u64) -> u64 {
 fn main() {
     let cycles = env("ZEROBUS_BENCH_CYCLES", 2_000_000);
     let repeat = env("ZEROBUS_BENCH_REPEAT", 5);
-    let shapes = [(1, 1), (1, 4), (1, 16), (16, 4), (64, 4)];
-    // `ZEROBUS_BENCH_SHAPES=1x1,64x4` runs only those (e.g. under callgrind).
+    let shapes = [
+        (1, 1, None),
+        (1, 4, None),
+        (1, 16, None),
+        (16, 4, None),
+        (64, 4, None),
+        (1000, 2, Some(200)),
+    ];
+    let name = |(t, s, cap): &(u16, u16, Option<u16>)| match cap {
+        Some(c) => format!("{t}x{s}/{c}"),
+        None => format!("{t}x{s}"),
+    };
+    // `ZEROBUS_BENCH_SHAPES=1x1,64x4,1000x2/200` runs only those (e.g. under callgrind).
     let only = std::env::var("ZEROBUS_BENCH_SHAPES").ok();
     // `ZEROBUS_BENCH_PER_ACK=1` (or 64) runs only that column.
     let per_ack_only = std::env::var("ZEROBUS_BENCH_PER_ACK")
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
-    let shapes = shapes.into_iter().filter(|(t, s)| {
+    let shapes = shapes.into_iter().filter(|shape| {
         only.as_deref()
-            .is_none_or(|only| only.split(',').any(|o| o == format!("{t}x{s}")))
+            .is_none_or(|only| only.split(',').any(|o| o == name(shape)))
     });
     // Warm up.
     measure(
         &Shape {
             tables: 1,
             slots: 1,
+            cap: None,
             per_ack: 1,
         },
         cycles / 10,
@@ -221,8 +253,11 @@ fn main() {
     );
     println!("| tables x slots | 1 batch per ack | allocs | 64 batches per ack | allocs |");
     println!("|---|---|---|---|---|");
-    for (tables, slots) in shapes {
-        let mut row = format!("| {tables} x {slots} |");
+    for (tables, slots, cap) in shapes {
+        let mut row = match cap {
+            Some(cap) => format!("| {tables} x {slots}, cap {cap} |"),
+            None => format!("| {tables} x {slots} |"),
+        };
         for per_ack in [1, 64] {
             if per_ack_only.is_some_and(|only| only != per_ack) {
                 row += " - | - |";
@@ -231,6 +266,7 @@ fn main() {
             let shape = Shape {
                 tables,
                 slots,
+                cap,
                 per_ack,
             };
             let mut ns = Vec::new();
