@@ -1,13 +1,15 @@
 //! An hour under faults, in one process (issue 50): a steady source feeds 50 tables through one
 //! sink while zerobus-local (a child process) is killed with `kill -9` and restarted every 1-3
-//! minutes, the catalog is unreachable once for two minutes, and every table's schema gains a
-//! column every ten minutes. At the end an independent reader (delta-rs over the tables the
-//! emulator materialized) finds every committed source position's rows; duplicates must stay
-//! within what the kills could replay, and the memory the sink holds (the live heap, counted
-//! by a global allocator; averaged over the last minute) within 10% of its value after five
-//! minutes; resident memory is printed beside it, not judged (docs/performance.md: glibc keeps
-//! a backlog's high-water mark mapped). Prints a summary, writes `samples.csv` and `soak.svg` (throughput,
-//! pending rows, memory over time) to `--dir`, and exits non-zero on any failed check.
+//! minutes (none in the source's last 150 s, `--quiet-tail`, so that its last minute is measured
+//! in the same steady state as the baseline's), the catalog is unreachable once for two minutes,
+//! and every table's schema gains a column every ten minutes. At the end an independent reader
+//! (delta-rs over the tables the emulator materialized) finds every committed source position's
+//! rows; duplicates must stay within what the kills could replay, and the memory the sink holds
+//! (the live heap, counted by a global allocator; averaged over the last minute) within 10% of
+//! its value after five minutes; resident memory is printed beside it, not judged
+//! (docs/performance.md: glibc keeps a backlog's high-water mark mapped). Prints a summary,
+//! writes `samples.csv` and `soak.svg` (throughput, pending rows, memory over time) to `--dir`,
+//! and exits non-zero on any failed check.
 //!
 //! ```text
 //! cargo build --release -p zerobus-sink-testkit --bin zerobus-local
@@ -49,6 +51,10 @@ struct Args {
     outage_at: u64,
     outage_for: u64,
     baseline_at: u64,
+    /// No kill in the source's last `quiet_tail` seconds, so that its last minute is measured in
+    /// the same steady state as the baseline's minute (a kill's replay is data the sink must
+    /// hold, not a leak).
+    quiet_tail: u64,
     dir: PathBuf,
     zerobus_local: PathBuf,
 }
@@ -70,6 +76,7 @@ fn args() -> Result<Args, String> {
         outage_at: 1_170,
         outage_for: 120,
         baseline_at: 300,
+        quiet_tail: 150,
         dir: PathBuf::from("target/soak"),
         zerobus_local: sibling,
     };
@@ -90,6 +97,7 @@ fn args() -> Result<Args, String> {
             "--outage-at" => a.outage_at = num(value()?)?,
             "--outage-for" => a.outage_for = num(value()?)?,
             "--baseline-at" => a.baseline_at = num(value()?)?,
+            "--quiet-tail" => a.quiet_tail = num(value()?)?,
             "--dir" => a.dir = value()?.into(),
             "--zerobus-local" => a.zerobus_local = value()?.into(),
             other => return Err(format!("unknown flag {other} (see the file's header)")),
@@ -98,6 +106,7 @@ fn args() -> Result<Args, String> {
     if a.minutes * 60.0 < a.baseline_at as f64 * 2.0 {
         a.baseline_at = (a.minutes * 60.0 / 4.0) as u64;
     }
+    a.quiet_tail = a.quiet_tail.min((a.minutes * 60.0 / 4.0) as u64);
     Ok(a)
 }
 
@@ -252,11 +261,12 @@ async fn run() -> Result<bool, String> {
             generated.clone(),
         );
         let (lo, hi) = a.kill_every;
+        let quiet_tail = Duration::from_secs(a.quiet_tail);
         tokio::spawn(async move {
             let mut rng = Lcg(0x5eed);
             loop {
                 tokio::time::sleep(Duration::from_secs(rng.between(lo, hi))).await;
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || started.elapsed() + quiet_tail > total {
                     return;
                 }
                 let pending = generated.load(Ordering::Relaxed) - durable(&ledger);
@@ -401,6 +411,8 @@ async fn run() -> Result<bool, String> {
     let _ = schedule.await;
     killer.abort();
     let flush = tokio::time::timeout(Duration::from_secs(300), sink.flush()).await;
+    // At rest: every row durable, the streams and tables still open.
+    let (rest_heap, rest_rss) = (heap_mib(), rss_mib());
     let report = sink.close(Duration::from_secs(60)).await;
     let _ = sampler.await;
     let elapsed = started.elapsed();
@@ -518,6 +530,9 @@ async fn run() -> Result<bool, String> {
         } else {
             " (not judged under 10 minutes)"
         }
+    );
+    println!(
+        "at rest      {rest_heap:.1} MiB live heap, {rest_rss:.1} MiB resident after the flush (every row durable, streams open)"
     );
     println!(
         "resident     {baseline:.1} MiB at {} s, {end_rss:.1} MiB at the end ({:+.1}%; not judged: it keeps the allocator's high-water marks)",
