@@ -27,15 +27,54 @@ use crate::time::{Time, earliest};
 /// giving back a peak never makes the steady state reallocate.
 const KEEP: usize = 64;
 
-/// Gives back the capacity a backlog's peak left in `queue` (a reconnect's replay, an outage's
-/// backlog) once it has drained below an eighth of it. A `VecDeque` otherwise keeps its
-/// high-water mark for the sink's life, and each larger peak raised what the sink holds (the
-/// soak's live heap rose 1-6 MiB at each `kill -9`, and stayed). Amortized: a shrink copies at
-/// most an eighth of the capacity, after at least seven eighths of it were popped; queues that
-/// never pass `4 * KEEP` never shrink (no allocation in the steady state).
+/// Gives back at once most of the capacity a large backlog left in `queue` once it has drained
+/// below an eighth of it (amortized: a shrink copies at most an eighth of the capacity, after
+/// seven eighths were popped). Queues that never pass `4 * KEEP` are left to [`Peak`] (and
+/// where no time is at hand, as a failure empties a queue, kept).
 pub(crate) fn release_peak<T>(queue: &mut VecDeque<T>) {
     if queue.capacity() > 4 * KEEP && queue.len() * 8 < queue.capacity() {
         queue.shrink_to((queue.len() * 2).max(KEEP));
+    }
+}
+
+/// How long a queue's high-water mark is watched before the capacity above it is given back.
+const PEAK_PERIOD_MICROS: u64 = 10_000_000;
+
+/// The least capacity [`Peak`] leaves a queue.
+const PEAK_FLOOR: usize = 16;
+
+/// A queue's recent high-water mark, sampled where the queue drains (its length just before,
+/// which is its local maximum: pushes only add between two drains), so that the capacity a
+/// backlog's peak left (a reconnect's replay, an outage) is given back within two periods
+/// (10-20 s of the sink's time) after the backlog ends.
+///
+/// A `VecDeque` keeps its high-water mark for the sink's life: before this the soak's live
+/// heap rose at each `kill -9` with the rows pending then, and stayed (issue 50; a rule by
+/// fractions of the capacity alone still kept up to 256 entries in every slot and table,
+/// +6 MiB over the hour's 100 slots). In a steady state the capacity stays below twice the
+/// period's high (a `VecDeque` doubles), and a shrink needs it above four times: a steady
+/// state never shrinks, so it never grows again either.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Peak {
+    high: usize,
+    since: Time,
+}
+
+impl Peak {
+    /// Notes `len_before` (the queue's length before this drain) and, once a period has passed
+    /// since the last look, gives back what is above twice the period's high.
+    #[inline]
+    pub(crate) fn release<T>(&mut self, queue: &mut VecDeque<T>, len_before: usize, now: Time) {
+        self.high = self.high.max(len_before);
+        if now < self.since.plus_micros(PEAK_PERIOD_MICROS) {
+            return;
+        }
+        let keep = self.high.saturating_mul(2).max(PEAK_FLOOR);
+        if queue.capacity() > keep.saturating_mul(2) {
+            queue.shrink_to(keep);
+        }
+        self.high = queue.len();
+        self.since = now;
     }
 }
 
@@ -207,6 +246,8 @@ pub(crate) struct SlotWindow<L: Lane, B> {
     table: TableId,
     next_offset: u64,
     pending: VecDeque<Pending<L, B>>,
+    /// `pending`'s recent high-water mark: a replay's peak is given back once it is over.
+    pending_peak: Peak,
     /// How many batches at the front of `pending` are placed on the live connection.
     placed: usize,
     pub(crate) phase: Phase,
@@ -247,6 +288,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
             table,
             next_offset: 0,
             pending: VecDeque::new(),
+            pending_peak: Peak::default(),
             placed: 0,
             phase: Phase::Idle,
             usage: InFlight::default(),
@@ -501,6 +543,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
                 now,
             )
         };
+        let before = self.pending.len();
         let items = if count > 1 {
             Items::Many(self.pending.drain(..count).map(&mut confirm).collect())
         } else if count == 1
@@ -512,6 +555,7 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         };
         self.placed -= count;
         release_peak(&mut self.pending);
+        self.pending_peak.release(&mut self.pending, before, now);
         out.push_back(Output::Confirmed(Confirmed {
             table: self.table,
             conn: ConnId::new(self.sink, slot, conn),

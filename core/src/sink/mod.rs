@@ -61,6 +61,8 @@ pub(crate) struct TableState<L: Lane, B> {
     status: TableStatus,
     /// Admitted batches not yet given to a slot (order-agnostic tables only).
     queue: VecDeque<Queued<L, B>>,
+    /// `queue`'s recent high-water mark: a backlog's peak is given back once it is over.
+    queue_peak: crate::window::Peak,
     queued: InFlight,
     /// Round-robin position among the table's slots.
     cursor: usize,
@@ -219,6 +221,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             first_slot,
             status: TableStatus::Cold,
             queue: VecDeque::new(),
+            queue_peak: crate::window::Peak::default(),
             queued: InFlight::default(),
             cursor: 0,
             deal: Vec::new(),
@@ -448,7 +451,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 self.slots[index].assign(queued);
                 Some(index)
             }
-            None if fast => match self.assign_at_once(route.table.index(), queued) {
+            None if fast => match self.assign_at_once(route.table.index(), queued, now) {
                 Ok(()) => None,
                 Err(queued) => {
                     let t = &mut self.tables[route.table.index()];

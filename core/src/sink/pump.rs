@@ -387,6 +387,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 return;
             }
             let n = usize::from(t.pool.slots);
+            let before = t.queue.len();
             while let Some(front) = t.queue.front() {
                 // Nothing leaves the queue for a stream before its schema is reconciled.
                 if t.spec.reconciled && !t.schemas.is_ok(front.schema) {
@@ -403,6 +404,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                 self.sched.mark_slot(t.first_slot + k);
             }
             crate::window::release_peak(&mut t.queue);
+            t.queue_peak.release(&mut t.queue, before, now);
             // A deal hands out the queue: once it is given out, it is over.
             if t.queue.is_empty() {
                 t.deal.clear();
@@ -416,6 +418,7 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
         &mut self,
         table: usize,
         queued: Queued<L, B>,
+        now: Time,
     ) -> Result<(), Queued<L, B>> {
         let limits = self.config.window;
         let Some(t) = self.tables.get_mut(table) else {
@@ -429,6 +432,9 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
             return Err(queued);
         };
         t.cursor = next_cursor(k, usize::from(t.pool.slots));
+        // The queue is empty and stays so on this path: what a past backlog left in it goes
+        // back here, once a period has passed.
+        t.queue_peak.release(&mut t.queue, 0, now);
         self.slots[t.first_slot + k].assign(queued);
         self.sched.mark_slot(t.first_slot + k);
         Ok(())
