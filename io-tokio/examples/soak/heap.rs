@@ -2,16 +2,62 @@
 //! mimalloc, wrapped by `cap`'s counter. Beside resident memory ([`crate::rss`]) it tells what
 //! the process holds from what the allocator keeps mapped.
 //!
-//! mimalloc rather than the system's: glibc's `malloc` keeps much of a backlog's freed memory
-//! mapped, so resident memory under glibc rises at each backlog's peak and stays though the live
-//! heap goes back (docs/performance.md, "Under faults: the soak", has both runs). The allocator
-//! is the binary's choice, not the library's: the soak makes the choice an operator would.
+//! mimalloc, and told to give freed pages back at once ([`PURGE_AT_ONCE`]): glibc's `malloc`, and
+//! mimalloc with its defaults, keep much of a backlog's freed memory (a replay after `kill -9`
+//! holds up to a million rows) mapped for reuse, so resident memory rises at each backlog's peak
+//! and stays though the live heap goes back (docs/performance.md, "Under faults: the soak", has
+//! the runs). The allocator is the binary's choice, not the library's: the soak makes the
+//! choice an operator would, who sets the same variables in the pod.
 
 use cap::Cap;
 use mimalloc::MiMalloc;
 
 #[global_allocator]
 static ALLOCATOR: Cap<MiMalloc> = Cap::new(MiMalloc, usize::MAX);
+
+/// mimalloc's options (read from the environment when the process starts) that decommit a
+/// page as soon as it is free instead of keeping it for reuse.
+pub const PURGE_AT_ONCE: [(&str, &str); 3] = [
+    ("MIMALLOC_PURGE_DELAY", "0"),
+    ("MIMALLOC_PURGE_DECOMMITS", "1"),
+    ("MIMALLOC_ARENA_EAGER_COMMIT", "0"),
+];
+
+/// Runs this binary again, with its arguments, where any of [`PURGE_AT_ONCE`] is not set (those
+/// set are kept: a run may try others), and returns its exit code; `None` when they are all
+/// set, so this process goes on.
+pub fn rerun_with_purge() -> Option<std::process::ExitCode> {
+    let missing: Vec<_> = PURGE_AT_ONCE
+        .iter()
+        .filter(|(k, _)| std::env::var_os(k).is_none())
+        .copied()
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let run = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .envs(missing)
+            .status()
+    });
+    Some(match run {
+        Ok(status) => std::process::ExitCode::from(status.code().map_or(2, |c| c as u8)),
+        Err(e) => {
+            eprintln!("soak: could not run itself again with mimalloc's options: {e}");
+            std::process::ExitCode::from(2)
+        }
+    })
+}
+
+/// The allocator's options as this process has them, for the soak's first line.
+pub fn settings() -> String {
+    PURGE_AT_ONCE
+        .iter()
+        .map(|(k, _)| format!("{k}={}", std::env::var(k).unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// Live heap bytes in MiB.
 pub fn heap_mib() -> f64 {

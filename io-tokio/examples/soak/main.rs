@@ -191,9 +191,21 @@ impl Lcg {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run().await {
+fn main() -> std::process::ExitCode {
+    if let Some(code) = heap::rerun_with_purge() {
+        return code;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("soak: a tokio runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run()) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => std::process::ExitCode::FAILURE,
         Err(e) => {
@@ -222,6 +234,7 @@ async fn run() -> Result<bool, String> {
         a.outage_at + a.outage_for,
         dir.display()
     );
+    println!("allocator: mimalloc, {}", heap::settings());
 
     let ledger = Ledger(Arc::default());
     let down = Arc::new(AtomicBool::new(false));
