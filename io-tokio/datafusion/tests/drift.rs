@@ -9,7 +9,7 @@ use datafusion::arrow::array::{Array, AsArray};
 use datafusion::datasource::MemTable;
 use zerobus_sink_datafusion::{WriteError, session_context};
 
-use common::{Rig, TABLE, count, orders, schema, write_error};
+use common::{Rig, TABLE, count, orders, run, schema, write_error};
 
 const COLUMNS: &str = "order_id BIGINT NOT NULL, customer VARCHAR NOT NULL, amount DOUBLE NOT NULL";
 
@@ -26,11 +26,7 @@ async fn a_new_column_in_the_query_adds_it_to_the_table() {
     ))
     .await
     .unwrap();
-    let before = ctx
-        .sql("INSERT INTO orders SELECT * FROM source")
-        .await
-        .unwrap()
-        .collect()
+    let before = run(&ctx, "INSERT INTO orders SELECT * FROM source")
         .await
         .unwrap();
     assert_eq!(count(&before), 200);
@@ -43,13 +39,12 @@ async fn a_new_column_in_the_query_adds_it_to_the_table() {
     ))
     .await
     .unwrap();
-    let after = ctx
-        .sql("INSERT INTO orders_v2 SELECT order_id + 200, customer, amount, 'web' FROM source")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let after = run(
+        &ctx,
+        "INSERT INTO orders_v2 SELECT order_id + 200, customer, amount, 'web' FROM source",
+    )
+    .await
+    .unwrap();
     assert_eq!(count(&after), 200);
 
     let batches = rig.read(TABLE).await;
@@ -93,11 +88,7 @@ async fn an_incompatible_change_fails_naming_the_table_partition_and_column() {
     ))
     .await
     .unwrap();
-    let first = ctx
-        .sql("INSERT INTO orders SELECT * FROM source")
-        .await
-        .unwrap()
-        .collect()
+    let first = run(&ctx, "INSERT INTO orders SELECT * FROM source")
         .await
         .unwrap();
     assert_eq!(count(&first), 100);
@@ -110,13 +101,12 @@ async fn an_incompatible_change_fails_naming_the_table_partition_and_column() {
     ))
     .await
     .unwrap();
-    let err = ctx
-        .sql("INSERT INTO orders_text SELECT order_id, customer, 'lots' FROM source")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = run(
+        &ctx,
+        "INSERT INTO orders_text SELECT order_id, customer, 'lots' FROM source",
+    )
+    .await
+    .unwrap_err();
     let text = err.to_string();
     match write_error(&err) {
         WriteError::Refused {

@@ -8,7 +8,7 @@ use datafusion::datasource::MemTable;
 use zerobus_sink_datafusion::{WriteError, session_context};
 use zerobus_sink_testkit::emulator::{Code, Fault};
 
-use common::{Rig, TABLE, orders, schema, write_error};
+use common::{Rig, TABLE, orders, run, schema, write_error};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_the_service_refuses_for_good_fails_the_query_naming_table_and_partition() {
@@ -31,11 +31,7 @@ async fn a_table_the_service_refuses_for_good_fails_the_query_naming_table_and_p
     ))
     .await
     .unwrap();
-    let err = ctx
-        .sql("INSERT INTO orders SELECT * FROM source")
-        .await
-        .unwrap()
-        .collect()
+    let err = run(&ctx, "INSERT INTO orders SELECT * FROM source")
         .await
         .unwrap_err();
     let text = err.to_string();

@@ -12,7 +12,7 @@ use zerobus_sink_catalog::local::LocalDelta;
 use zerobus_sink_datafusion::{Sinks, ZerobusCatalog, ZerobusTableFactory, session_context};
 use zerobus_sink_tokio::{ProxyConfig, ZerobusConfig};
 
-use common::{Rig, TABLE, count, landed, orders, schema};
+use common::{Rig, TABLE, count, landed, orders, run, schema};
 
 const COLUMNS: &str =
     "(order_id BIGINT NOT NULL, customer VARCHAR NOT NULL, amount DOUBLE NOT NULL)";
@@ -38,11 +38,7 @@ async fn every_partition_lands_every_row_once_with_its_position() {
     .await
     .unwrap();
 
-    let plan = ctx
-        .sql("EXPLAIN INSERT INTO orders SELECT * FROM source")
-        .await
-        .unwrap()
-        .collect()
+    let plan = run(&ctx, "EXPLAIN INSERT INTO orders SELECT * FROM source")
         .await
         .unwrap();
     let text = datafusion::arrow::util::pretty::pretty_format_batches(&plan)
@@ -54,11 +50,7 @@ async fn every_partition_lands_every_row_once_with_its_position() {
         "the input's partitions write as they are: {text}"
     );
 
-    let out = ctx
-        .sql("INSERT INTO orders SELECT * FROM source")
-        .await
-        .unwrap()
-        .collect()
+    let out = run(&ctx, "INSERT INTO orders SELECT * FROM source")
         .await
         .unwrap();
     assert_eq!(count(&out), 6000, "the count is every row");
@@ -117,13 +109,12 @@ async fn parquet_files_land_through_the_catalog_without_a_create() {
     ))
     .await
     .unwrap();
-    let first = ctx
-        .sql("INSERT INTO orders VALUES (1, 'first', 1.5), (2, 'second', 2.5)")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let first = run(
+        &ctx,
+        "INSERT INTO orders VALUES (1, 'first', 1.5), (2, 'second', 2.5)",
+    )
+    .await
+    .unwrap();
     assert_eq!(count(&first), 2);
 
     // Then by its three-part name alone, from Parquet files, under a job id set in the session.
@@ -133,16 +124,15 @@ async fn parquet_files_land_through_the_catalog_without_a_create() {
     let files = rig.dir.path().join("files");
     parquet_files(&files);
     ctx.sql("SET zerobus.job_id = 'job-files'").await.unwrap();
-    let out = ctx
-        .sql(&format!(
+    let out = run(
+        &ctx,
+        &format!(
             "INSERT INTO main.bronze.orders SELECT * FROM '{}/*.parquet'",
             files.display()
-        ))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+        ),
+    )
+    .await
+    .unwrap();
     assert_eq!(count(&out), 6000);
 
     let rows = landed(&rig.read(TABLE).await);

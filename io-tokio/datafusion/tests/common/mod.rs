@@ -17,6 +17,14 @@ use zerobus_sink_testkit::emulator::{Emulator, EmulatorConfig, delta};
 
 pub const TABLE: &str = "main.bronze.orders";
 
+/// Runs `sql` in `ctx` to its end: the batches it returns.
+pub async fn run(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, DataFusionError> {
+    ctx.sql(sql).await?.collect().await
+}
+
 /// zerobus-local materializing into `dir/tables` every 20 ms.
 pub struct Rig {
     pub dir: tempfile::TempDir,
