@@ -197,8 +197,13 @@ pub enum Ignored {
     /// after `reconcile_timeout`, which the first answer settled).
     AlreadyAnswered,
     /// A reconcile answer for a schema the table has never seen in an admitted batch (or for
-    /// a table the sink does not have, or one taken as it is).
+    /// a table the sink does not have, or one taken as it is); a retirement of such a schema
+    /// ([`SinkCore::retire_schema`](crate::SinkCore::retire_schema)).
     UnknownSchema,
+    /// A retirement of a schema the table still needs: a batch of it is queued or pending on
+    /// a stream (a replay would send it again), its question is outstanding, or it is the
+    /// table's latest (what an idle stream opens with). Ask again once its batches ended.
+    SchemaInUse,
 }
 
 /// What the driver must do next, pulled from [`SinkCore::poll_output`](crate::SinkCore::poll_output).

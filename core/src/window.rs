@@ -410,6 +410,11 @@ impl<L: Lane, B: Batch> SlotWindow<L, B> {
         self.pending.get(self.placed).map(|p| p.schema)
     }
 
+    /// Whether a pending batch (sent or not) has `schema`.
+    pub(crate) fn holds_schema(&self, schema: SchemaId) -> bool {
+        self.pending.iter().any(|p| p.schema == schema)
+    }
+
     /// The schema of the oldest pending batch, if any.
     pub(crate) fn first_schema(&self) -> Option<SchemaId> {
         self.pending.front().map(|p| p.schema)

@@ -388,3 +388,89 @@ fn reconciled_an_answer_for_a_schema_never_seen_is_ignored() {
     wire.drain(&mut s, t(2));
     assert_eq!(wire.reconciles, [(table, SchemaId(42))]);
 }
+
+#[test]
+fn a_schema_is_retired_only_once_no_batch_and_no_idle_stream_can_need_it() {
+    let (mut s, table, mut wire) = serving_schema_1(1);
+    // Batch 1 of schema 1 is on the wire, not acked: a replay would need its schema.
+    assert_eq!(
+        s.retire_schema(table, SchemaId(1)),
+        Handled::Ignored(Ignored::SchemaInUse)
+    );
+    // The drift: schema 2's batch waits for its answer behind schema 1's pending one.
+    s.submit(t(1), table.schema(SchemaId(2)), batch(2, 5), token(2))
+        .unwrap();
+    wire.drain(&mut s, t(1));
+    assert_eq!(
+        s.retire_schema(table, SchemaId(2)),
+        Handled::Ignored(Ignored::UnknownSchema),
+        "asked, not answered"
+    );
+    s.reconciled(t(2), table, SchemaId(2), Ok(()));
+    wire.drain(&mut s, t(2));
+    assert_eq!(
+        s.retire_schema(table, SchemaId(1)),
+        Handled::Ignored(Ignored::SchemaInUse),
+        "batch 1 still pending"
+    );
+    // Batch 1 acked: the stream drains and reopens for schema 2, which carries batch 2.
+    wire.ack_all(&mut s, t(3));
+    wire.drain(&mut s, t(600));
+    wire.ack_all(&mut s, t(600));
+    assert_eq!(wire.confirmed, [1, 2]);
+    assert_eq!(s.retire_schema(table, SchemaId(1)), Handled::Applied);
+    // The latest stays: an idle stream opens with it.
+    assert_eq!(
+        s.retire_schema(table, SchemaId(2)),
+        Handled::Ignored(Ignored::SchemaInUse)
+    );
+    // Retired, schema 1 is new again: a late answer about it is not taken, and its next
+    // batch is reconciled before it is sent.
+    assert_eq!(
+        s.reconciled(t(601), table, SchemaId(1), Ok(())),
+        Handled::Ignored(Ignored::UnknownSchema)
+    );
+    assert_eq!(
+        s.retire_schema(table, SchemaId(1)),
+        Handled::Ignored(Ignored::UnknownSchema)
+    );
+    let sent = wire.sent.len();
+    s.submit(t(601), table.schema(SchemaId(1)), batch(1, 5), token(3))
+        .unwrap();
+    wire.drain(&mut s, t(601));
+    assert_eq!(wire.reconciles.last(), Some(&(table, SchemaId(1))));
+    assert_eq!(wire.sent.len(), sent, "nothing sent before the answer");
+    s.reconciled(t(602), table, SchemaId(1), Ok(()));
+    wire.drain(&mut s, t(602));
+    wire.ack_all(&mut s, t(603));
+    wire.drain(&mut s, t(1_300));
+    wire.ack_all(&mut s, t(1_300));
+    assert_eq!(wire.confirmed, [1, 2, 3]);
+}
+
+#[test]
+fn a_refused_schema_is_retired_and_then_asked_about_again() {
+    let (mut s, table, mut wire) = serving_schema_1(1);
+    s.submit(t(1), table.schema(SchemaId(2)), batch(2, 5), token(2))
+        .unwrap();
+    wire.drain(&mut s, t(1));
+    s.reconciled(
+        t(2),
+        table,
+        SchemaId(2),
+        Err("column amount: narrowing".into()),
+    );
+    wire.drain(&mut s, t(2));
+    assert_eq!(wire.failed.len(), 1);
+    assert_eq!(s.retire_schema(table, SchemaId(2)), Handled::Applied);
+    // No longer refused at admission: asked about again (the catalog may have changed).
+    s.submit(t(3), table.schema(SchemaId(2)), batch(2, 5), token(3))
+        .unwrap();
+    wire.drain(&mut s, t(3));
+    assert_eq!(wire.reconciles.last(), Some(&(table, SchemaId(2))));
+    // A table the sink does not have.
+    assert_eq!(
+        s.retire_schema(TableId::from_index(9), SchemaId(1)),
+        Handled::Ignored(Ignored::UnknownSchema)
+    );
+}

@@ -377,6 +377,8 @@ pub struct Coverage {
     pub schema_switches: u64,
     /// Schemas the catalog refused.
     pub schemas_refused: u64,
+    /// Schemas retired once nothing needed them (asked at each drift).
+    pub schemas_retired: u64,
 }
 
 impl Coverage {
@@ -397,6 +399,7 @@ impl Coverage {
             handed_back_durable: self.handed_back_durable + o.handed_back_durable,
             schema_switches: self.schema_switches + o.schema_switches,
             schemas_refused: self.schemas_refused + o.schemas_refused,
+            schemas_retired: self.schemas_retired + o.schemas_retired,
         }
     }
 }
@@ -436,6 +439,9 @@ pub struct Harness {
     schema: u32,
     hold: bool,
     held: Vec<SchemaId>,
+    /// Every schema below this one was retired; and how many were.
+    retired_below: u32,
+    schemas_retired: u64,
     /// What the core answered to each input of the last operation, in order (part of the
     /// [`snapshot`](Self::snapshot): the fast path's steady-state acks must be answered as
     /// the general dispatch answers them).
@@ -513,6 +519,8 @@ impl Harness {
             schema: 1,
             hold: false,
             held: Vec::new(),
+            retired_below: 1,
+            schemas_retired: 0,
             handled: Vec::new(),
         }
     }
@@ -694,6 +702,7 @@ impl Harness {
             }
             Op::Tick { ms } => self.now = self.now + Duration::from_millis(u64::from(ms)),
             Op::Drift { hold } => {
+                self.retire_old_schemas()?;
                 self.schema += 1;
                 self.hold = hold;
             }
@@ -738,7 +747,12 @@ impl Harness {
         let bytes = batch.bytes();
         self.oracle.set_now(self.now);
         match self.sink.submit(self.now, route, batch, token) {
-            Ok(_) => self.oracle.admitted(id, rows, bytes, table, slot),
+            Ok(_) => {
+                if key.is_none() {
+                    self.oracle.schema_of(id, table, route.schema_id().0);
+                }
+                self.oracle.admitted(id, rows, bytes, table, slot)
+            }
             Err(rejected) => self.oracle.refused(
                 &self.sink,
                 rows,
@@ -788,6 +802,22 @@ impl Harness {
             m.received = 0;
             m.acked = 0;
         }
+    }
+
+    /// As a driver does at a drift: asks the core to retire each earlier schema not yet
+    /// retired; the oracle checks that none it retires is still needed.
+    fn retire_old_schemas(&mut self) -> Result<(), Violation> {
+        let table = self.tables[0];
+        for schema in self.retired_below..self.schema {
+            if self.sink.retire_schema(table, SchemaId(schema)) == Handled::Applied {
+                self.oracle.retired(table, schema)?;
+                self.schemas_retired += 1;
+                if schema == self.retired_below {
+                    self.retired_below += 1;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The catalog's answer for the provisioned table's `schema`.
@@ -884,6 +914,7 @@ impl Harness {
             handed_back_durable: self.handed_back.1,
             schema_switches: m.schema_switches,
             schemas_refused: m.schemas_refused,
+            schemas_retired: self.schemas_retired,
         }
     }
 

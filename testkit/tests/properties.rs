@@ -81,6 +81,7 @@ const SWITCHES: Floor = (
     20,
 );
 const REFUSED: Floor = ("schemas refused", |c| c.schemas_refused, 5);
+const RETIRED: Floor = ("schemas retired", |c| c.schemas_retired, 20);
 
 #[test]
 fn prop_refused_submits_meet_a_bound_from_the_oracles_own_books() {
@@ -129,7 +130,7 @@ fn prop_a_deadline_whenever_work_is_pending() {
 
 #[test]
 fn prop_provisioned_before_sent() {
-    property(12, &[SWITCHES, REFUSED, EVICTIONS]);
+    property(12, &[SWITCHES, REFUSED, RETIRED, EVICTIONS]);
 }
 
 /// The core's fast path (dirty slots and tables and a timer heap, core/src/sink/sched.rs)

@@ -14,6 +14,9 @@
 //!   refuses later ones at admission; the table keeps serving its other schemas.
 //! - A request unanswered after `reconcile_timeout` is asked again, so a driver that lost one
 //!   cannot stall the table (liveness).
+//! - A schema no batch refers to any more is retired on the driver's word
+//!   ([`SinkCore::retire_schema`]): a table that drifts for months keeps only the schemas its
+//!   pending batches and its idle streams need, and so can the driver's plans.
 
 use std::collections::VecDeque;
 
@@ -168,6 +171,42 @@ impl<L: Lane, B: Batch> SinkCore<L, B> {
                     self.outputs.push_back(Output::Failed(failed));
                 }
             }
+        }
+        Handled::Applied
+    }
+
+    /// Forgets `schema` of `table` (reconciled or refused), so that the driver may drop what
+    /// it keeps for it (its plan, its wire schema): the table's memory of its schemas stays
+    /// bounded however often the source drifts. Applied only when nothing can need the schema
+    /// again: no batch of it is queued or pending on any of the table's streams (a replay
+    /// reopens with its oldest pending batch's schema), no question about it is outstanding
+    /// or wanted, and it is not the table's latest (an idle stream opens with that);
+    /// otherwise [`Ignored::SchemaInUse`], changing nothing. A schema the table has not
+    /// answered for is [`Ignored::UnknownSchema`].
+    ///
+    /// A batch of a retired schema submitted later is a new schema to the core: it is
+    /// reconciled again before it is sent (the driver gives a schema it dropped a new id).
+    pub fn retire_schema(&mut self, table: TableId, schema: SchemaId) -> Handled {
+        let Some(t) = self.tables.get(table.index()) else {
+            return Handled::Ignored(Ignored::UnknownSchema);
+        };
+        let s = &t.schemas;
+        let refused = s.refused.iter().position(|(r, _)| *r == schema);
+        if !s.is_ok(schema) && refused.is_none() {
+            return Handled::Ignored(Ignored::UnknownSchema);
+        }
+        let in_use = s.latest == Some(schema)
+            || s.asked.is_some_and(|(a, _)| a == schema)
+            || s.wanted.contains(&schema)
+            || t.queue.iter().any(|q| q.schema == schema)
+            || t.slots().any(|i| self.slots[i].holds_schema(schema));
+        if in_use {
+            return Handled::Ignored(Ignored::SchemaInUse);
+        }
+        let s = &mut self.tables[table.index()].schemas;
+        s.ok.retain(|o| *o != schema);
+        if let Some(i) = refused {
+            s.refused.swap_remove(i);
         }
         Handled::Applied
     }

@@ -17,7 +17,7 @@
 //! | 8 | windows within their bounds: a slot's batches within `WindowLimits`, a table's queue within its slots times them, the whole sink within twice the sum |
 //! | 9 | nothing confirmed after it ended; durable rows never resent |
 //! | 11 | liveness: no `Timeout(None)` while work is pending; once the driver says faults have stopped, some batch ends within the configured bound of the last one (or of the stop) while work is pending; no \`Timeout\` later than a live connection's ack deadline (its oldest unacked message's send time, plus \`ack_timeout\` and the drain budget; connections asked to rotate aside), so that acks without progress (a repeated offset) cannot hold off recovery |
-//! | 12 | provisioned before sent: a stream of a table provisioned through a catalog is opened only for a schema the driver reported reconciled, and every batch sent on a stream has the schema the stream was opened with (read from the batch itself); a refusal for a refused schema only |
+//! | 12 | provisioned before sent: a stream of a table provisioned through a catalog is opened only for a schema the driver reported reconciled, and every batch sent on a stream has the schema the stream was opened with (read from the batch itself); a refusal for a refused schema only; a schema is retired only while no batch of it is pending, and a stream opens for it again only once it is reconciled again |
 //! | 13 | a drain reaches a fixed point: once `poll_output` has answered `Timeout(at)`, a second call at the same `now` answers `Timeout(at)` again and changes nothing the sink shows (its count of full passes, a cost, aside); and no table waits, beyond that instant, with work, no streams and room under the cap for its pool and the pools of the tables in line before it ([`Oracle::longest_wait_with_room`]) |
 //!
 //! Each check can be switched on alone ([`Checks`]), so that a property or a test that breaks
@@ -155,6 +155,8 @@ pub struct Oracle {
     provisioned: BTreeSet<TableId>,
     schemas_ok: BTreeSet<(TableId, u32)>,
     schemas_refused: BTreeSet<(TableId, u32)>,
+    /// The schema of each batch of a provisioned table, by batch id (while it is pending).
+    batch_schemas: BTreeMap<u64, (TableId, u32)>,
     conn_schema: BTreeMap<ConnId<Raw>, u32>,
     /// Invariant 11: connections the service asked to rotate (they drain for its grace), and
     /// when a drain first saw a connection's oldest unacked message (by index) past its ack
@@ -241,6 +243,7 @@ impl Oracle {
             provisioned: BTreeSet::new(),
             schemas_ok: BTreeSet::new(),
             schemas_refused: BTreeSet::new(),
+            batch_schemas: BTreeMap::new(),
             conn_schema: BTreeMap::new(),
             rotating: BTreeSet::new(),
             overdue: BTreeMap::new(),
@@ -265,6 +268,31 @@ impl Oracle {
         } else {
             self.schemas_refused.insert((table, schema));
         }
+    }
+
+    /// Batch `id`, admitted for the provisioned `table`, has `schema`.
+    pub fn schema_of(&mut self, id: u64, table: TableId, schema: u32) {
+        self.batch_schemas.insert(id, (table, schema));
+    }
+
+    /// The core retired `schema` of `table` ([`SinkCore::retire_schema`] applied): no batch of
+    /// it may be pending (a replay would reopen with it), and from now on no stream of the
+    /// table may open with it until the driver reports it reconciled again (invariant 12).
+    pub fn retired(&mut self, table: TableId, schema: u32) -> Result<(), Violation> {
+        let records = &self.records;
+        self.batch_schemas
+            .retain(|id, _| records.get(id).is_some_and(|r| r.end.is_none()));
+        let pending = self
+            .batch_schemas
+            .iter()
+            .find(|(_, s)| **s == (table, schema))
+            .map(|(id, _)| *id);
+        self.ensure(12, pending.is_none(), || {
+            format!("schema #{schema} of {table} retired while batch {pending:?} of it is pending")
+        })?;
+        self.schemas_ok.remove(&(table, schema));
+        self.schemas_refused.remove(&(table, schema));
+        Ok(())
     }
 
     /// The longest time a table waited for streams (no streams, work to carry, its schema
@@ -500,7 +528,7 @@ impl Oracle {
                 let allowed = !self.provisioned.contains(&table)
                     || self.schemas_ok.contains(&(table, schema.0));
                 self.ensure(12, allowed, || {
-                    format!("{conn} of {table} opened for {schema}, which was never reconciled")
+                    format!("{conn} of {table} opened for {schema}, which is not reconciled (or retired)")
                 })?;
                 self.open(conn)?;
             }
