@@ -118,7 +118,8 @@ mod wire;
 mod conn;
 // 3. The one task that owns the core and performs its effects.
 mod driver;
-// 4. The public handle.
+// 4. The public handle, and the batch schemas it remembers per table.
+mod recent;
 mod sink;
 
 // Beside the layers, importing none of them: the write boundary, provisioning through a

@@ -25,6 +25,10 @@ pub struct TableReport {
     /// Batch schemas refused, by the write boundary or the catalog (their batches come back
     /// from `send`).
     pub schemas_refused: u64,
+    /// Batch schemas the sink keeps a plan for now: the handle's most recently sent ones
+    /// (four per table) and any that a batch not yet confirmed still needs. Older ones are
+    /// retired, so this stays bounded however often the source drifts.
+    pub schemas_kept: usize,
     /// The write boundary's decisions, one per column of each schema it planned, by kind
     /// (`pass`, `lossless_cast`, `checked_cast`, `nested_to_json`, `zoned_to_utc_wall_time`,
     /// `refused_*`): the plan's `zerobus_type_reconcile_total{kind}`.

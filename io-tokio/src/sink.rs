@@ -1,14 +1,12 @@
 //! The handle: [`ZerobusSink`], and the plan's `Sink` and `BatchSink` traits.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 use tokio::sync::{mpsc, oneshot};
-use zerobus_sink::{Lane, RejectReason, Route, SchemaId, SinkCore, TableId, Token};
+use zerobus_sink::{Lane, RejectReason, Route, SinkCore, TableId, Token};
 use zerobus_sink_catalog::{TableCatalog, TableRef};
 
 use crate::boundary::check::{self, Judged};
@@ -24,6 +22,7 @@ use crate::health::SinkHealth;
 use crate::observer::Observer;
 use crate::provision::{NoCatalog, Provisioning};
 use crate::receipt::Receipt;
+use crate::recent::RecentSchemas;
 use crate::report::Report;
 use crate::{schema, wire};
 
@@ -111,10 +110,9 @@ pub struct ZerobusSink<L: Lane> {
     submits: mpsc::Sender<Handoff<L>>,
     control: mpsc::UnboundedSender<Control>,
     tables: Vec<(TableId, Arc<TableWire>)>,
-    /// Per table (provisioned sinks): each batch schema seen, its index the [`SchemaId`].
-    schemas: Vec<Vec<SchemaRef>>,
-    /// Each schema's plan, once its first batch was admitted or refused.
-    known: HashMap<(TableId, SchemaId), Known>,
+    /// Per table (provisioned sinks): the batch schemas sent most recently, their ids, and
+    /// each one's plan once its first batch was admitted or refused.
+    schemas: RecentSchemas,
     /// Per table: what to do with rows the table would refuse.
     bad_rows: Vec<BadRows>,
     /// Per table: batches accepted so far (the next receipt's `seq`).
@@ -304,8 +302,7 @@ impl<L: Lane> ZerobusSink<L> {
         Ok(ZerobusSink {
             submits,
             control,
-            schemas: vec![Vec::new(); wires.len()],
-            known: HashMap::new(),
+            schemas: RecentSchemas::new(wires.len()),
             bad_rows,
             accepted: vec![0; wires.len()],
             max_row_bytes: config.max_row_bytes,
@@ -397,17 +394,18 @@ impl<L: Lane> ZerobusSink<L> {
             receipt,
             reply,
         }));
-        let key = (route.table(), route.schema_id());
+        let (table, schema) = (route.table(), route.schema_id());
         match answer.await {
             Ok(Ok(plan)) => {
                 if let Some(plan) = plan {
-                    self.known.insert(key, Known::Ready(plan));
+                    self.schemas.learn(table, schema, Known::Ready(plan));
                 }
-                Ok(self.receipt(route.table(), rx))
+                Ok(self.receipt(table, rx))
             }
             Ok(Err(error)) => {
                 if let SendError::Unreconcilable { columns, .. } = &error {
-                    self.known.insert(key, Known::Refused(columns.clone()));
+                    self.schemas
+                        .learn(table, schema, Known::Refused(columns.clone()));
                 }
                 Err(error)
             }
@@ -453,23 +451,17 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
             });
         };
         if wire.provisioned {
-            // A schema seen before keeps its id; a new one is numbered. The driver plans it
-            // against the table (the write boundary) before its first batch is admitted.
-            let seen = &mut self.schemas[route.table().index()];
-            let schema = batch.schema();
-            let index = match seen
-                .iter()
-                .position(|s| Arc::ptr_eq(s, &schema) || **s == *schema)
-            {
-                Some(i) => i,
-                None => {
-                    seen.push(schema);
-                    seen.len() - 1
-                }
-            };
-            route = route
-                .table()
-                .schema(SchemaId(u32::try_from(index).unwrap_or(u32::MAX)));
+            // A schema seen recently keeps its id; a new one is numbered. The driver plans it
+            // against the table (the write boundary) before its first batch is admitted, and
+            // retires the one it pushed out of the handle's memory once nothing needs it.
+            let (schema, out) = self.schemas.id(route.table(), &batch.schema());
+            if let Some(old) = out {
+                let _ = self.control.send(Control::Retire {
+                    table: route.table(),
+                    schema: old,
+                });
+            }
+            route = route.table().schema(schema);
         } else if let Some(detail) = schema::difference(&wire.schema, &batch.schema()) {
             return Err(SendError::SchemaMismatch {
                 table: wire.name.clone(),
@@ -489,7 +481,7 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
         let known = match self.flags.failed(table) {
             // The driver answers with the core's refusal.
             true => None,
-            false => self.known.get(&(table, route.schema_id())).cloned(),
+            false => self.schemas.known(table, route.schema_id()).cloned(),
         };
         let plan = match known {
             None => return self.ask(route, batch, token).await,
@@ -527,6 +519,7 @@ impl<L: Lane> Sink<L> for ZerobusSink<L> {
                 let (receipt, rx) = oneshot::channel();
                 permit.send(Handoff::Checked(Checked {
                     route,
+                    plan,
                     batch,
                     token,
                     origin,

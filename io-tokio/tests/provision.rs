@@ -376,3 +376,71 @@ async fn faults_lose_no_confirmed_row_in_the_delta_table() {
     println!("fault matrix: 1500 rows confirmed, {duplicates} duplicates from replays");
     assert!(report.metrics.connections_opened > 2, "{report:?}");
 }
+
+/// Events `start .. start + n` with `extra` more columns, `c1 ..= c{extra}` (each drift adds
+/// one).
+fn drifted(start: i64, n: i64, extra: usize) -> RecordBatch {
+    let mut fields = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+    ];
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(start..start + n)),
+        Arc::new(StringArray::from_iter_values(
+            (start..start + n).map(|i| format!("event-{i}")),
+        )),
+    ];
+    for c in 1..=extra {
+        fields.push(Field::new(format!("c{c}"), DataType::Int64, true));
+        columns.push(Arc::new(Int64Array::from_iter_values(start..start + n)));
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_drifts_on_and_on_keeps_a_bounded_number_of_schemas() {
+    let rig = Rig::new(|c| c).await;
+    let recorder = Recorder::default();
+    let mut sink = rig.sink(&recorder);
+    let mut next = 0;
+    let mut send_of = async |sink: &mut ZerobusSink<Raw>, extra: usize| {
+        send(sink, drifted(next, 50, extra)).await;
+        next += 50;
+    };
+    // Twelve schemas, one after another, each flushed before the next.
+    let drifts = 12;
+    for extra in 0..drifts {
+        send_of(&mut sink, extra).await;
+        send_of(&mut sink, extra).await;
+        sink.flush().await.unwrap();
+    }
+    let report = sink.report().await.unwrap();
+    let t = &report.tables[0];
+    assert_eq!(t.schemas_reconciled, 12, "{report}");
+    // The four most recent stay planned; the eight before them were retired (before this
+    // fix, all twelve stayed for the sink's life).
+    assert_eq!(t.schemas_kept, 4, "{report:?}");
+    // Alternating between the two latest costs nothing new: both are remembered.
+    for i in 0..10 {
+        send_of(&mut sink, drifts - 1 - i % 2).await;
+    }
+    sink.flush().await.unwrap();
+    let report = sink.report().await.unwrap();
+    assert_eq!(report.tables[0].schemas_reconciled, 12, "{report}");
+    // The first schema, retired long ago, comes back: planned again, as a new one, and its
+    // rows land.
+    send_of(&mut sink, 0).await;
+    sink.flush().await.unwrap();
+    let report = sink.close(Duration::from_secs(10)).await;
+    let t = &report.tables[0];
+    assert_eq!((t.schemas_reconciled, t.schemas_kept), (13, 4), "{report}");
+    assert!(recorder.seen().failed.is_empty());
+    let rows = 50 * (2 * drifts as u64 + 10 + 1);
+    assert_eq!(report.rows, rows, "{report}");
+    let ids = rig.ids().await;
+    assert_eq!(ids.len() as u64, rows);
+    assert!(
+        ids.values().all(|n| *n == 1),
+        "no duplicates without faults"
+    );
+}

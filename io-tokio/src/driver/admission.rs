@@ -34,7 +34,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 if let Some(rows) = c.isolated {
                     self.isolated(c.route.table(), rows);
                 }
-                let tagged = self.tag(c.batch, c.route, c.origin, c.rows);
+                let tagged = self.tag(c.batch, c.route, c.origin, c.rows, Some(c.plan));
                 let pending = Pending {
                     receipt: c.receipt,
                     reply: None,
@@ -100,13 +100,13 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 }
                 None => {
                     // The core names the unknown table.
-                    let tagged = self.tag(batch, route, None, RowIds::From(0));
+                    let tagged = self.tag(batch, route, None, RowIds::From(0), None);
                     return self.admit(now, tagged, token, pending);
                 }
             },
             _ => {
                 // Closed: the core refuses it, whatever its schema.
-                let tagged = self.tag(batch, route, None, RowIds::From(0));
+                let tagged = self.tag(batch, route, None, RowIds::From(0), None);
                 return self.admit(now, tagged, token, pending);
             }
         };
@@ -128,7 +128,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 if let Some(isolated) = isolated {
                     self.isolated(table, isolated);
                 }
-                let tagged = self.tag(batch, route, origin, rows);
+                let tagged = self.tag(batch, route, origin, rows, Some(plan));
                 self.admit(now, tagged, token, pending);
             }
             Judged::Refused(error) => {
@@ -170,6 +170,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         route: Route,
         origin: Option<Arc<Origin>>,
         rows: RowIds,
+        plan: Option<Arc<Plan>>,
     ) -> Tagged {
         let id = self.next_id;
         self.next_id += 1;
@@ -179,6 +180,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             route,
             origin,
             rows,
+            plan,
         }
     }
 
@@ -400,5 +402,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         self.report
             .reconciled(table, matches!(planned, Planned::Ready(..)));
         self.shapes.plans.insert((table, schema), planned);
+        if !self.shapes.retiring.is_empty() {
+            self.sweep_schemas();
+        }
     }
 }

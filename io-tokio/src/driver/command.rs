@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use tokio::sync::oneshot;
-use zerobus_sink::{Lane, Route, TableId, Token};
+use zerobus_sink::{Lane, Route, SchemaId, TableId, Token};
 
 use crate::boundary::apply::{Origin, RowIds};
 use crate::boundary::{ColumnRefusal, IsolatedRows, Plan};
@@ -55,6 +55,9 @@ pub(crate) struct Ask<L: Lane> {
 /// and the receipt.
 pub(crate) struct Checked<L: Lane> {
     pub(crate) route: Route,
+    /// The plan it was checked against; its batch carries it to the wire (and so keeps it
+    /// until the batch has ended, whatever the handle forgets meanwhile).
+    pub(crate) plan: Arc<Plan>,
     pub(crate) batch: RecordBatch,
     pub(crate) token: Token<L>,
     pub(crate) origin: Option<Arc<Origin>>,
@@ -112,6 +115,13 @@ pub(crate) enum Control {
         table: TableId,
         rows: u64,
     },
+    /// The handle no longer remembers `schema` of `table` (it sent
+    /// [`SCHEMAS_KEPT`](crate::recent::SCHEMAS_KEPT) newer ones): the driver drops its plan
+    /// once no batch of it is pending and the core has retired it.
+    Retire {
+        table: TableId,
+        schema: SchemaId,
+    },
     /// Sent before the handle lets go of its hand-off channel: the driver admits what was
     /// handed over before it, then closes, all within `within` of the request.
     Close {
@@ -150,6 +160,7 @@ impl std::fmt::Debug for Control {
             Control::Report(_) => "Report",
             Control::Health(_) => "Health",
             Control::BadRows { .. } => "BadRows",
+            Control::Retire { .. } => "Retire",
             Control::Close { .. } => "Close",
         })
     }

@@ -25,6 +25,7 @@ use zerobus_sink_catalog::{Contract, PrimaryRawShape, TableCatalog, TableRef};
 mod admission;
 pub(crate) mod command;
 mod quiesce;
+mod retire;
 mod role;
 
 use crate::boundary::apply::{Origin, RowIds, StampCache, Stamps};
@@ -66,6 +67,9 @@ pub(crate) struct Tagged {
     pub(crate) route: Route,
     pub(crate) origin: Option<Arc<Origin>>,
     pub(crate) rows: RowIds,
+    /// Its schema's plan (none for a batch the core refuses): a pending batch keeps its plan
+    /// alive, so that a schema is retired only once its last batch has ended.
+    pub(crate) plan: Option<Arc<Plan>>,
 }
 
 impl Batch for Tagged {
@@ -82,6 +86,7 @@ impl Batch for Tagged {
             route: self.route,
             origin: self.origin.clone(),
             rows: self.rows.skip(offset),
+            plan: self.plan.clone(),
         }
     }
 }
@@ -144,6 +149,8 @@ struct Shapes {
     plans: HashMap<(TableId, SchemaId), Planned>,
     /// Tables the sink has registered itself with as a writer.
     registered: HashSet<TableId>,
+    /// Schemas the handle no longer remembers, whose plans go once nothing needs them.
+    retiring: Vec<(TableId, SchemaId)>,
 }
 
 /// A batch the driver holds: its schema's plan is not known yet, or the window is full.
@@ -473,7 +480,12 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                 self.flushes.push(reply);
             }
             Control::Report(reply) => {
+                self.sweep_schemas();
                 let _ = reply.send(self.snapshot());
+            }
+            Control::Retire { table, schema } => {
+                self.shapes.retiring.push((table, schema));
+                self.sweep_schemas();
             }
             Control::Health(reply) => {
                 let _ = reply.send(self.health());
@@ -560,6 +572,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             && !self.flushes.is_empty()
         {
             let failed = std::mem::take(&mut self.failed_since_flush);
+            self.sweep_schemas();
             for f in self.flushes.drain(..) {
                 let _ = f.send(if failed == 0 {
                     Ok(())
@@ -577,6 +590,7 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
         r.watermarks = self.core.watermarks();
         r.open_streams = self.core.open_streams();
         r.waiting_to_resubmit = self.again.len();
+        self.count_schemas(&mut r);
         r
     }
 
@@ -690,9 +704,8 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
                     let bytes = Batch::bytes(&t.batch);
                     self.sent.insert((t.slot(), t.offset), (t.batch.id, bytes));
                     self.telemetry.settle(&self.core, t.slot());
-                    let key = (t.table, t.batch.route.schema_id());
-                    let batch = match self.shapes.plans.get(&key) {
-                        Some(Planned::Ready(plan, _)) if !plan.identity => {
+                    let batch = match &t.batch.plan {
+                        Some(plan) if !plan.identity => {
                             let stamps = Stamps {
                                 emit_micros: emit_micros(),
                                 origin: t.batch.origin.as_deref(),

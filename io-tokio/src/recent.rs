@@ -1,0 +1,136 @@
+//! The batch schemas a sink's handle remembers for its provisioned tables: an id for each, and
+//! its plan once the driver made one, for the [`SCHEMAS_KEPT`] most recently sent per table.
+//!
+//! A source that drifts for months must not cost memory for every schema it ever had (a
+//! plan, its wire schema and the batch schema: about 4 KB per table per schema, measured in
+//! the hour's soak). A schema that falls out of the handle's memory is retired: the driver
+//! drops its plan once no batch of it is pending and the core agrees
+//! ([`SinkCore::retire_schema`](zerobus_sink::SinkCore::retire_schema)). If it is sent again
+//! it gets a new id and is planned again (one catalog round trip), as any new schema is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use zerobus_sink::{SchemaId, TableId};
+
+use crate::driver::command::Known;
+
+/// How many batch schemas per table the handle remembers (and the driver keeps plans for,
+/// with any an unconfirmed batch still needs). A source alternating among more than this many
+/// schemas has one of them planned again at each switch.
+pub(crate) const SCHEMAS_KEPT: usize = 4;
+
+/// One table's recent schemas.
+#[derive(Debug, Default, Clone)]
+struct Table {
+    /// Least recently sent first.
+    seen: Vec<(SchemaRef, SchemaId)>,
+    /// The id the next new schema gets: ids are never reused, so that a retired id cannot
+    /// stand for another schema in a batch still on its way.
+    next: u32,
+}
+
+/// Every provisioned table's recent schemas, and the plans the handle has learned for them.
+#[derive(Debug)]
+pub(crate) struct RecentSchemas {
+    tables: Vec<Table>,
+    known: HashMap<(TableId, SchemaId), Known>,
+}
+
+impl RecentSchemas {
+    pub(crate) fn new(tables: usize) -> RecentSchemas {
+        RecentSchemas {
+            tables: vec![Table::default(); tables],
+            known: HashMap::new(),
+        }
+    }
+
+    /// The id of `schema` for `table`, and the schema it pushed out of memory if it is new
+    /// (the driver is told to retire it). The same schema keeps its id while it is
+    /// remembered.
+    pub(crate) fn id(
+        &mut self,
+        table: TableId,
+        schema: &SchemaRef,
+    ) -> (SchemaId, Option<SchemaId>) {
+        let Some(t) = self.tables.get_mut(table.index()) else {
+            return (SchemaId(0), None);
+        };
+        let same = |(s, _): &(SchemaRef, SchemaId)| Arc::ptr_eq(s, schema) || **s == **schema;
+        // The usual case: the schema of the table's last batch.
+        if let Some((_, id)) = t.seen.last().filter(|e| same(e)) {
+            return (*id, None);
+        }
+        if let Some(i) = t.seen.iter().position(same) {
+            let entry = t.seen.remove(i);
+            let id = entry.1;
+            t.seen.push(entry);
+            return (id, None);
+        }
+        let id = SchemaId(t.next);
+        t.next = t.next.saturating_add(1);
+        let out = (t.seen.len() >= SCHEMAS_KEPT).then(|| t.seen.remove(0).1);
+        if let Some(old) = out {
+            self.known.remove(&(table, old));
+        }
+        t.seen.push((schema.clone(), id));
+        (id, out)
+    }
+
+    /// What the handle knows of the schema's plan.
+    pub(crate) fn known(&self, table: TableId, schema: SchemaId) -> Option<&Known> {
+        self.known.get(&(table, schema))
+    }
+
+    /// The driver's answer for a schema: its plan, or its refusal. Kept only while the schema
+    /// is remembered.
+    pub(crate) fn learn(&mut self, table: TableId, schema: SchemaId, known: Known) {
+        let remembered = self
+            .tables
+            .get(table.index())
+            .is_some_and(|t| t.seen.iter().any(|(_, id)| *id == schema));
+        if remembered {
+            self.known.insert((table, schema), known);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema(columns: usize) -> SchemaRef {
+        let fields: Vec<Field> = (0..columns)
+            .map(|i| Field::new(format!("c{i}"), DataType::Int64, true))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    #[test]
+    fn a_schema_keeps_its_id_while_remembered_and_the_least_recent_is_pushed_out() {
+        let table = TableId::from_index(0);
+        let mut r = RecentSchemas::new(1);
+        let schemas: Vec<SchemaRef> = (1..=SCHEMAS_KEPT + 2).map(schema).collect();
+        for (i, s) in schemas.iter().take(SCHEMAS_KEPT).enumerate() {
+            let expected = SchemaId(u32::try_from(i).unwrap());
+            assert_eq!(r.id(table, s), (expected, None));
+            r.learn(table, expected, Known::Refused(Vec::new()));
+        }
+        // An equal schema in another Arc is the same schema; sending it makes it the most
+        // recent, so the next new one pushes out schema 1 (id 1), not schema 0.
+        assert_eq!(r.id(table, &schema(1)), (SchemaId(0), None));
+        let (id, out) = r.id(table, &schemas[SCHEMAS_KEPT]);
+        assert_eq!((id, out), (SchemaId(4), Some(SchemaId(1))));
+        assert!(r.known(table, SchemaId(1)).is_none(), "forgotten with it");
+        assert!(r.known(table, SchemaId(0)).is_some());
+        // Back again, the pushed-out schema is new: a fresh id, never a reused one.
+        let (id, out) = r.id(table, &schemas[1]);
+        assert_eq!((id, out), (SchemaId(5), Some(SchemaId(2))));
+        // An answer for a schema no longer remembered is not kept.
+        r.learn(table, SchemaId(2), Known::Refused(Vec::new()));
+        assert!(r.known(table, SchemaId(2)).is_none());
+    }
+}
