@@ -26,7 +26,7 @@ pub struct TableReport {
     /// from `send`).
     pub schemas_refused: u64,
     /// Batch schemas the sink keeps a plan for now: the handle's most recently sent ones
-    /// (four per table) and any that a batch not yet confirmed still needs. Older ones are
+    /// (two per table) and any that a batch not yet confirmed still needs. Older ones are
     /// retired, so this stays bounded however often the source drifts.
     pub schemas_kept: usize,
     /// The write boundary's decisions, one per column of each schema it planned, by kind
