@@ -22,8 +22,10 @@ impl<L: Lane, C: Confirmer<L>, P: TableCatalog + Send + Sync + 'static> Driver<L
             let unused = match self.shapes.plans.get(&key) {
                 // Only the driver's own reference is left: no batch of it is pending.
                 Some(Planned::Ready(plan, _)) => Arc::strong_count(plan) == 1,
-                Some(Planned::Refused(_)) | None => true,
-                Some(Planned::Asking) => false,
+                Some(Planned::Refused(_)) => true,
+                // Not planned yet: its first batch is still on its way (its `send` was
+                // dropped while it waited, and the handle went on to push it out).
+                Some(Planned::Asking) | None => false,
             };
             let retired = unused
                 && self.core.retire_schema(table, schema) != Handled::Ignored(Ignored::SchemaInUse);
