@@ -428,3 +428,59 @@ async fn acked_rows_land_in_the_delta_table_exactly_once_across_crashes() {
     assert_eq!(emu3.stats().materialized_rows, 0);
     assert_eq!(ids_in_table(&root, TABLE).await.len(), 1300);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_counts_its_log_from_the_headers_and_cuts_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, wal) = (dir.path().join("tables"), dir.path().join("wal"));
+    create_table(&root, TABLE).await;
+    // As zerobus-local runs: the batches are not kept in memory.
+    let lean = || {
+        EmulatorConfig::new(&wal)
+            .delta_root(&root)
+            .materialize_lag(Duration::from_millis(20))
+            .keep_batches(false)
+    };
+    let emu = Emulator::start(lean()).await.unwrap();
+    call(&emu, Some(TABLE), stamped_call(0, 5)).await.unwrap();
+    let addr = emu.addr();
+    let log = emu.wal_path(TABLE);
+    emu.kill().await;
+    // A crash in the middle of an append: a frame that claims a 100-byte header, and 10 bytes.
+    let whole = std::fs::metadata(&log).unwrap().len();
+    let mut torn = vec![1u8, 100, 0, 0, 0, 0, 0, 0, 0];
+    torn.extend_from_slice(&[7; 10]);
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(&torn);
+    std::fs::write(&log, &bytes).unwrap();
+
+    let emu = Emulator::bind(addr, lean()).await.unwrap();
+    let stats = emu.stats();
+    assert_eq!(
+        (stats.recovered_messages, stats.messages, stats.rows),
+        (5, 5, 500),
+        "counted from the headers"
+    );
+    assert!(emu.batches(TABLE).is_empty(), "nothing kept in memory");
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        whole,
+        "the torn tail is cut"
+    );
+    // What is appended next follows a complete record: the log reads back whole, and the
+    // materializer (resuming from the table's commit) lands every row once.
+    call(&emu, Some(TABLE), stamped_call(500, 5)).await.unwrap();
+    emu.until_materialized(TABLE).await;
+    assert_eq!(
+        ids_in_table(&root, TABLE).await,
+        (0..1000).collect::<Vec<_>>()
+    );
+    let read = zerobus_sink_testkit::emulator::wal::read(&log).unwrap();
+    assert_eq!(read.iter().map(RecordBatch::num_rows).sum::<usize>(), 1000);
+    emu.kill().await;
+    // With the batches kept, a restart holds all of them again.
+    let emu = Emulator::bind(addr, lean().keep_batches(true))
+        .await
+        .unwrap();
+    assert_eq!(emu.batches(TABLE).len(), 10);
+}

@@ -146,7 +146,10 @@ async fn main() -> ExitCode {
     let stopped = stopped();
     let mut config = EmulatorConfig::new(flags.wal_dir)
         .ack_latency(Duration::from_millis(flags.ack_latency_ms))
-        .max_messages_per_ack(flags.max_messages_per_ack);
+        .max_messages_per_ack(flags.max_messages_per_ack)
+        // A process serves its tables and logs; nothing in it reads the batches back, so it
+        // does not keep them in memory (a long run's memory and restarts stay flat).
+        .keep_batches(false);
     if flags.tables.starts_with("s3://") {
         let mut storage = S3Storage::from_env();
         if flags.s3_endpoint.is_some() {

@@ -504,7 +504,7 @@ impl Emulator {
         } else {
             "http"
         };
-        let state = recover(&config.wal_dir)?;
+        let state = recover(&config.wal_dir, config.keep_batches)?;
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(state),
@@ -702,9 +702,13 @@ impl Emulator {
     }
 }
 
-/// What the write-ahead logs under `dir` hold from earlier runs: every table's batches and
-/// the counters, so that stats and [`Emulator::batches`] survive a restart.
-fn recover(dir: &Path) -> io::Result<State> {
+/// What the write-ahead logs under `dir` hold from earlier runs: the counters, and with
+/// `keep_batches` every table's batches, so that stats and [`Emulator::batches`] survive a
+/// restart. Without them a log is counted from its records' headers, so that a restart late in
+/// a long run is as quick as an early one. A torn tail (a record a crash cut short: never
+/// synced, so never acked) is cut off first, so that what is appended next follows a complete
+/// record.
+fn recover(dir: &Path, keep_batches: bool) -> io::Result<State> {
     let mut state = State::default();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -714,16 +718,18 @@ fn recover(dir: &Path) -> io::Result<State> {
         ) else {
             continue;
         };
-        let batches = wal::read(&path)?;
-        state.stats.recovered_messages += batches.len() as u64;
-        state.stats.messages += batches.len() as u64;
-        state.stats.rows += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-        state
-            .tables
-            .entry(stem.to_owned())
-            .or_default()
-            .batches
-            .extend(batches);
+        let tally = wal::tally(&path)?;
+        let cut = wal::cut_torn_tail(&path, &tally)?;
+        if cut > 0 {
+            tracing::warn!(log = %path.display(), bytes = cut, at = tally.end, "cut a torn record off the write-ahead log");
+        }
+        state.stats.recovered_messages += tally.messages;
+        state.stats.messages += tally.messages;
+        state.stats.rows += tally.rows;
+        let table = state.tables.entry(stem.to_owned()).or_default();
+        if keep_batches {
+            table.batches.extend(wal::read(&path)?);
+        }
     }
     Ok(state)
 }

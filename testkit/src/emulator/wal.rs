@@ -152,25 +152,116 @@ pub(crate) fn read_from(path: &Path, cursor: &Cursor) -> io::Result<(Vec<RecordB
 
 /// The cursor at byte `at` of a log (a record boundary): the last schema logged before it.
 pub(crate) fn cursor_at(path: &Path, at: u64) -> io::Result<Cursor> {
-    let bytes = std::fs::read(path)?;
-    let end = usize::try_from(at).unwrap_or(usize::MAX).min(bytes.len());
     let mut schema = None;
-    let mut i = 0;
-    while let Some((kind, data, next)) = record(&bytes[..end], i) {
+    let end = walk(path, at, |kind, header, offset| {
         if kind == SCHEMA {
+            let data = FlightData::new().with_data_header(bytes::Bytes::copy_from_slice(header));
             schema = Some(super::frame::schema(&data).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("{}: schema at byte {i}: {e}", path.display()),
+                    format!("{}: schema at byte {offset}: {e}", path.display()),
                 )
             })?);
         }
-        i = next;
+        Ok(())
+    })?;
+    Ok(Cursor { at: end, schema })
+}
+
+/// What a log holds, counted from its records' headers without decoding a body: the batch
+/// messages, their rows, and the byte after the last complete record (a log is longer than
+/// that only by a torn tail: a record a crash cut short, never synced, so never acked).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Batch messages.
+    pub(crate) messages: u64,
+    /// Rows in them.
+    pub(crate) rows: u64,
+    /// The byte after the last complete record.
+    pub(crate) end: u64,
+}
+
+/// Counts a log's batches and rows from the headers alone (a restart of a long run reads a
+/// few bytes per batch, not the gigabytes of its bodies).
+pub(crate) fn tally(path: &Path) -> io::Result<Tally> {
+    let mut tally = Tally::default();
+    tally.end = walk(path, u64::MAX, |kind, header, offset| {
+        if kind == BATCH {
+            let rows = arrow_ipc::root_as_message(header)
+                .ok()
+                .and_then(|m| m.header_as_record_batch())
+                .map(|b| b.length())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: record at byte {offset}: not an IPC record batch",
+                            path.display()
+                        ),
+                    )
+                })?;
+            tally.messages += 1;
+            tally.rows += u64::try_from(rows).unwrap_or(0);
+        }
+        Ok(())
+    })?;
+    Ok(tally)
+}
+
+/// Visits every complete record of a log that ends at or before byte `end`, in order, with
+/// its kind, its message header and its offset, reading the headers and seeking over the
+/// bodies. Returns the byte after the last record visited.
+fn walk(
+    path: &Path,
+    end: u64,
+    mut visit: impl FnMut(u8, &[u8], u64) -> io::Result<()>,
+) -> io::Result<u64> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let end = end.min(file.metadata()?.len());
+    let mut reader = io::BufReader::new(file);
+    let mut at = 0u64;
+    let mut header = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        if at + 9 > end {
+            return Ok(at);
+        }
+        reader.read_exact(&mut head)?;
+        let hl = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        let bl = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+        let next = at + 9 + u64::from(hl) + u64::from(bl);
+        if next > end {
+            return Ok(at);
+        }
+        header.resize(hl as usize, 0);
+        reader.read_exact(&mut header)?;
+        reader.seek_relative(i64::from(bl))?;
+        if !matches!(head[0], SCHEMA | BATCH) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: record at byte {at}: unknown record kind {}",
+                    path.display(),
+                    head[0]
+                ),
+            ));
+        }
+        visit(head[0], &header, at)?;
+        at = next;
     }
-    Ok(Cursor {
-        at: i as u64,
-        schema,
-    })
+}
+
+/// Cuts a torn tail off a log (see [`Tally::end`]), so that the records appended after a
+/// restart follow a complete one. Returns the bytes cut.
+pub(crate) fn cut_torn_tail(path: &Path, tally: &Tally) -> io::Result<u64> {
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    let len = file.metadata()?.len();
+    if len > tally.end {
+        file.set_len(tally.end)?;
+        file.sync_all()?;
+    }
+    Ok(len.saturating_sub(tally.end))
 }
 
 /// The complete record at `at`, if there is one: its kind, its message and where the next
