@@ -27,6 +27,9 @@ pub(crate) const SCHEMAS_KEPT: usize = 2;
 /// One table's recent schemas.
 #[derive(Debug, Default, Clone)]
 struct Table {
+    /// A table that is not provisioned has one schema, its wire schema, under the id its
+    /// routes carry: its plan is kept for the sink's life (nothing to retire).
+    fixed: bool,
     /// Least recently sent first.
     seen: Vec<(SchemaRef, SchemaId)>,
     /// The id the next new schema gets: ids are never reused, so that a retired id cannot
@@ -34,7 +37,8 @@ struct Table {
     next: u32,
 }
 
-/// Every provisioned table's recent schemas, and the plans the handle has learned for them.
+/// Every provisioned table's recent schemas, and the plans the handle has learned for them
+/// and for the one schema of each table that is not provisioned.
 #[derive(Debug)]
 pub(crate) struct RecentSchemas {
     tables: Vec<Table>,
@@ -42,9 +46,16 @@ pub(crate) struct RecentSchemas {
 }
 
 impl RecentSchemas {
-    pub(crate) fn new(tables: usize) -> RecentSchemas {
+    /// For the tables in order, each `true` if it is provisioned (its schemas drift).
+    pub(crate) fn new(provisioned: impl IntoIterator<Item = bool>) -> RecentSchemas {
         RecentSchemas {
-            tables: vec![Table::default(); tables],
+            tables: provisioned
+                .into_iter()
+                .map(|p| Table {
+                    fixed: !p,
+                    ..Table::default()
+                })
+                .collect(),
             known: HashMap::new(),
         }
     }
@@ -87,12 +98,12 @@ impl RecentSchemas {
     }
 
     /// The driver's answer for a schema: its plan, or its refusal. Kept only while the schema
-    /// is remembered.
+    /// is remembered (always, for a table that is not provisioned).
     pub(crate) fn learn(&mut self, table: TableId, schema: SchemaId, known: Known) {
         let remembered = self
             .tables
             .get(table.index())
-            .is_some_and(|t| t.seen.iter().any(|(_, id)| *id == schema));
+            .is_some_and(|t| t.fixed || t.seen.iter().any(|(_, id)| *id == schema));
         if remembered {
             self.known.insert((table, schema), known);
         }
@@ -115,7 +126,7 @@ mod tests {
     #[test]
     fn a_schema_keeps_its_id_while_remembered_and_the_least_recent_is_pushed_out() {
         let table = TableId::from_index(0);
-        let mut r = RecentSchemas::new(1);
+        let mut r = RecentSchemas::new([true]);
         let schemas: Vec<SchemaRef> = (1..=SCHEMAS_KEPT + 2).map(schema).collect();
         for (i, s) in schemas.iter().take(SCHEMAS_KEPT).enumerate() {
             let expected = SchemaId(u32::try_from(i).unwrap());
@@ -138,5 +149,21 @@ mod tests {
         // An answer for a schema no longer remembered is not kept.
         r.learn(table, SchemaId(least), Known::Refused(Vec::new()));
         assert!(r.known(table, SchemaId(least)).is_none());
+    }
+
+    #[test]
+    fn a_table_that_is_not_provisioned_keeps_its_one_plan_so_sends_do_not_wait() {
+        // A table not provisioned never numbers schemas: its routes carry one id, and the
+        // plan the driver answers with is kept, so that later sends hand over without asking
+        // (asking waits until the core admits the batch: the hand-off buffer would go unused).
+        let (fixed, drifting) = (TableId::from_index(0), TableId::from_index(1));
+        let mut r = RecentSchemas::new([false, true]);
+        r.learn(fixed, SchemaId(0), Known::Refused(Vec::new()));
+        assert!(r.known(fixed, SchemaId(0)).is_some());
+        r.learn(drifting, SchemaId(0), Known::Refused(Vec::new()));
+        assert!(
+            r.known(drifting, SchemaId(0)).is_none(),
+            "a provisioned table's schema is known only once numbered"
+        );
     }
 }

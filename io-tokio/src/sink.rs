@@ -302,7 +302,7 @@ impl<L: Lane> ZerobusSink<L> {
         Ok(ZerobusSink {
             submits,
             control,
-            schemas: RecentSchemas::new(wires.len()),
+            schemas: RecentSchemas::new(wires.iter().map(|(_, w)| w.provisioned)),
             bad_rows,
             accepted: vec![0; wires.len()],
             max_row_bytes: config.max_row_bytes,
