@@ -15,7 +15,7 @@ use zerobus_sink::{
     Confirmation, CoverageRange, Derived, FailedBatch, FailureReason, TableId, Token,
 };
 use zerobus_sink_tokio::{
-    Confirmer, IsolatedRows, Provisioning, Receipt, SendError, Sink, StartError, TableDef,
+    Confirmer, IsolatedRows, Provisioning, Receipt, Report, SendError, Sink, StartError, TableDef,
     ZerobusSink,
 };
 
@@ -35,6 +35,28 @@ pub struct Sinks {
 type ByTarget = HashMap<(String, String), Arc<SharedSink>>;
 
 impl Sinks {
+    /// Each started sink's progress so far (rows durable, streams, failures), in no
+    /// particular order: for a progress line while a query runs. A sink is asked only
+    /// between two hand-overs, so this waits at most for one batch's room in its window.
+    pub async fn reports(&self) -> Vec<Report> {
+        let started: Vec<Arc<SharedSink>> = self
+            .by_target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut reports = Vec::with_capacity(started.len());
+        for shared in started {
+            if let Some(s) = shared.started()
+                && let Some(report) = s.sink.lock().await.report().await
+            {
+                reports.push(report);
+            }
+        }
+        reports
+    }
+
     /// The sink for `target` (not started until its first batch).
     pub(crate) fn of(&self, target: &Target) -> Arc<SharedSink> {
         let mut map = self
