@@ -16,6 +16,10 @@
 #[allow(dead_code)] // the kills are the soak's
 mod emulator;
 #[path = "../soak/rss.rs"]
+#[allow(
+    dead_code,
+    reason = "the soak's anonymous/file split is not reported here"
+)]
 mod rss;
 
 use std::path::{Path, PathBuf};

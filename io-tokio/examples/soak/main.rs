@@ -41,7 +41,7 @@ use zerobus_sink_tokio::{
 
 use heap::{HeapPeak, heap_mib};
 use plot::Sample;
-use rss::rss_mib;
+use rss::{rss_anon_mib, rss_mib};
 
 struct Args {
     minutes: f64,
@@ -353,6 +353,7 @@ async fn run() -> Result<bool, String> {
                     rows_per_sec: (d - last.1) as f64 / (t - last.0).max(1e-9),
                     pending: (g - d.min(g)) as f64,
                     rss_mib: rss_mib(),
+                    rss_anon_mib: rss_anon_mib(),
                     heap_mib: heap_mib(),
                     heap_peak_mib: peak.take(),
                 };
@@ -491,6 +492,10 @@ async fn run() -> Result<bool, String> {
     );
     let baseline = mean(first.0, first.1, |s| s.rss_mib);
     let end_rss = mean(last.0, last.1, |s| s.rss_mib);
+    let (anon_baseline, end_anon) = (
+        mean(first.0, first.1, |s| s.rss_anon_mib),
+        mean(last.0, last.1, |s| s.rss_anon_mib),
+    );
     let heap_baseline = mean(first.0, first.1, |s| s.heap_mib);
     let end_heap = mean(last.0, last.1, |s| s.heap_mib);
     let judged = a.minutes >= 10.0;
@@ -498,12 +503,13 @@ async fn run() -> Result<bool, String> {
     let replay_bound = events.replay_bound;
     let ok = missing == 0 && duplicates <= replay_bound && flush.is_ok() && memory_ok;
 
-    let mut csv =
-        String::from("t_s,durable_rows_per_s,pending_rows,rss_mib,heap_mib,heap_peak_mib\n");
+    let mut csv = String::from(
+        "t_s,durable_rows_per_s,pending_rows,rss_mib,rss_anon_mib,heap_mib,heap_peak_mib\n",
+    );
     for s in &samples {
         csv.push_str(&format!(
-            "{:.1},{:.0},{:.0},{:.1},{:.1},{:.1}\n",
-            s.t, s.rows_per_sec, s.pending, s.rss_mib, s.heap_mib, s.heap_peak_mib
+            "{:.1},{:.0},{:.0},{:.1},{:.1},{:.1},{:.1}\n",
+            s.t, s.rows_per_sec, s.pending, s.rss_mib, s.rss_anon_mib, s.heap_mib, s.heap_peak_mib
         ));
     }
     std::fs::write(dir.join("samples.csv"), csv).map_err(|e| e.to_string())?;
@@ -546,6 +552,12 @@ async fn run() -> Result<bool, String> {
         "resident     {baseline:.1} MiB in the minute to {} s, {end_rss:.1} MiB in the last minute ({:+.1}%){limit}",
         a.baseline_at,
         (end_rss / baseline.max(1e-9) - 1.0) * 100.0,
+    );
+    println!(
+        "  of which    anonymous {anon_baseline:.1} MiB, then {end_anon:.1} MiB ({:+.1}%); file-backed (code, libraries) {:.1} MiB, then {:.1} MiB",
+        (end_anon / anon_baseline.max(1e-9) - 1.0) * 100.0,
+        baseline - anon_baseline,
+        end_rss - end_anon,
     );
     println!(
         "live heap    {heap_baseline:.1} MiB in the minute to {} s, {end_heap:.1} MiB in the last minute ({:+.1}%){limit}",

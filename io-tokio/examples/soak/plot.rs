@@ -14,6 +14,8 @@ pub struct Sample {
     pub pending: f64,
     /// Resident memory, MiB.
     pub rss_mib: f64,
+    /// Its anonymous part (not the binary's pages), MiB.
+    pub rss_anon_mib: f64,
     /// Live heap bytes (allocated and not freed, counted by the global allocator), MiB.
     pub heap_mib: f64,
     /// The highest live heap since the previous sample, MiB.
