@@ -228,8 +228,7 @@ fn walk(
             return Ok(at);
         }
         reader.read_exact(&mut head)?;
-        let hl = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
-        let bl = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+        let (hl, bl) = lengths(&head);
         let next = at + 9 + u64::from(hl) + u64::from(bl);
         if next > end {
             return Ok(at);
@@ -264,12 +263,19 @@ pub(crate) fn cut_torn_tail(path: &Path, tally: &Tally) -> io::Result<u64> {
     Ok(len.saturating_sub(tally.end))
 }
 
+/// A record's header and body lengths, from its 9-byte frame head (`kind, header_len,
+/// body_len`).
+fn lengths(head: &[u8]) -> (u32, u32) {
+    let le = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    (le(1), le(5))
+}
+
 /// The complete record at `at`, if there is one: its kind, its message and where the next
 /// record starts.
 fn record(bytes: &[u8], at: usize) -> Option<(u8, FlightData, usize)> {
     let head = bytes.get(at..at.checked_add(9)?)?;
-    let hl = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    let bl = u32::from_le_bytes([head[5], head[6], head[7], head[8]]) as usize;
+    let (hl, bl) = lengths(head);
+    let (hl, bl) = (hl as usize, bl as usize);
     let start = at + 9;
     let header = bytes.get(start..start.checked_add(hl)?)?;
     let body = bytes.get(start + hl..(start + hl).checked_add(bl)?)?;
