@@ -385,3 +385,82 @@ async fn a_file_written_before_a_column_was_added_reads_it_as_nulls() {
         BTreeMap::from([(1, None), (2, None), (3, Some("EUR".to_owned()))])
     );
 }
+
+/// A drift reconciles every table of a sink at once; delta-rs loads each table's whole state to
+/// do it (about 3 MiB for a table of 400 commits), so the backend works on a bounded number of
+/// tables at a time and the others wait for a place (catalog/src/local/gate.rs).
+#[tokio::test(flavor = "current_thread")]
+async fn a_drift_over_many_tables_works_on_a_bounded_number_at_once() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = LocalDelta::new(dir.path()).with_tables_at_once(2);
+    let c = contract();
+    let names = ["main.bronze.a", "main.bronze.b", "main.bronze.c"];
+    let desired_for = |name: &str, fields: Vec<Field>| {
+        DesiredTable::from_arrow(
+            TableRef::parse(name).unwrap(),
+            &Schema::new(fields),
+            Some(&c),
+            Role::Standard,
+        )
+        .unwrap()
+    };
+    for name in names {
+        catalog
+            .reconcile(&desired_for(name, fields()), &Policy::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        catalog.tables_free(),
+        2,
+        "every permit back after the creates"
+    );
+
+    // The drift: a column added to all three at once.
+    let mut drifted = fields();
+    drifted.push(Field::new("currency", DataType::Utf8, true));
+    let plans: Vec<DesiredTable> = names
+        .iter()
+        .map(|n| desired_for(n, drifted.clone()))
+        .collect();
+    let policy = Policy::default();
+    let mut a = pin!(catalog.reconcile(&plans[0], &policy));
+    let mut b = pin!(catalog.reconcile(&plans[1], &policy));
+    let mut third = pin!(catalog.reconcile(&plans[2], &policy));
+    let mut cx = Context::from_waker(Waker::noop());
+    // The first two take the places and wait on delta-rs's file reads (blocking threads).
+    assert!(a.as_mut().poll(&mut cx).is_pending());
+    assert!(b.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(catalog.tables_free(), 0, "two tables loaded at once");
+    assert!(third.as_mut().poll(&mut cx).is_pending(), "the third waits");
+    let (a, b) = tokio::join!(a, b);
+    assert_eq!(
+        catalog.tables_free(),
+        1,
+        "the third took a place as the others left"
+    );
+    let third = third.await;
+    for outcome in [a, b, third] {
+        let executed = outcome.unwrap().executed;
+        assert!(
+            executed.iter().any(|e| e.contains("currency")),
+            "each table gained the column: {executed:?}"
+        );
+    }
+    assert_eq!(catalog.tables_free(), 2);
+    for name in names {
+        let live = catalog
+            .describe(&TableRef::parse(name).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            live.columns.iter().any(|col| col.name == "currency"),
+            "{name}"
+        );
+    }
+}

@@ -75,6 +75,7 @@ impl CoverageLog for LocalDelta {
         ];
         let batch = RecordBatch::try_from_iter(columns)
             .map_err(|e| delta_err("coverage rows", e.to_string()))?;
+        let _permit = self.gate.enter().await;
         for _ in 0..5 {
             let mut t = self.open(table).await?;
             let mut writer =

@@ -31,10 +31,14 @@
 //! describing it reads the protocol from its log and names the feature instead.
 
 pub mod coverage_store;
+mod gate;
 mod read;
 mod s3;
 
+pub use gate::TABLES_AT_ONCE;
 pub use s3::S3Storage;
+
+use gate::Gate;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -72,6 +76,8 @@ pub struct LocalDelta {
     root: Root,
     /// The table ids first described for writing; clones share them.
     seen: FirstSeen,
+    /// How many tables are described or changed at once; clones share it.
+    gate: Gate,
 }
 
 /// Where a local catalog keeps its tables.
@@ -108,6 +114,7 @@ impl LocalDelta {
         LocalDelta {
             root: Root::Folder(root.into()),
             seen: FirstSeen::new(),
+            gate: Gate::new(TABLES_AT_ONCE),
         }
     }
 
@@ -136,7 +143,23 @@ impl LocalDelta {
         Ok(LocalDelta {
             root: Root::Store(Box::new(StoreRoot { url, storage })),
             seen: FirstSeen::new(),
+            gate: Gate::new(TABLES_AT_ONCE),
         })
+    }
+
+    /// Describes or changes at most `n` tables at once (at least one; the default is
+    /// [`TABLES_AT_ONCE`]): each such operation loads the table's state into memory
+    /// (`gate.rs` has the measurements). Clones made after this share the limit.
+    #[must_use]
+    pub fn with_tables_at_once(mut self, n: usize) -> LocalDelta {
+        self.gate = Gate::new(n);
+        self
+    }
+
+    /// How many more tables could be described or changed at this moment.
+    #[must_use]
+    pub fn tables_free(&self) -> usize {
+        self.gate.free()
     }
 
     /// The root folder, if the tables are in one (not on object storage).
@@ -497,8 +520,9 @@ fn is_delta_table(path: &Path) -> bool {
         && std::fs::read_dir(path.join("_delta_log")).is_ok_and(|mut d| d.next().is_some())
 }
 
-impl TableCatalog for LocalDelta {
-    async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+impl LocalDelta {
+    /// [`TableCatalog::describe`] without waiting for the gate: for callers that hold a permit.
+    async fn describe_open(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
         if !self.is_delta_table(table).await? {
             return Ok(None);
         }
@@ -577,12 +601,19 @@ impl TableCatalog for LocalDelta {
             properties,
         }))
     }
+}
+
+impl TableCatalog for LocalDelta {
+    async fn describe(&self, table: &TableRef) -> Result<Option<LiveTable>, CatalogError> {
+        let _permit = self.gate.enter().await;
+        self.describe_open(table).await
+    }
 
     async fn describe_for_write(
         &self,
         table: &TableRef,
     ) -> Result<Option<LiveTable>, CatalogError> {
-        let live = self.describe(table).await?;
+        let live = self.describe_open(table).await?;
         self.seen.admit(table, live)
     }
 
@@ -597,6 +628,7 @@ impl TableCatalog for LocalDelta {
             primary_raw: PrimaryRawShape::DeltaReadable,
             ..*policy
         };
+        let _permit = self.gate.enter().await;
         let mut last = None;
         for _ in 0..5 {
             match self.reconcile_once(desired, &policy).await {
@@ -654,6 +686,7 @@ impl LocalDelta {
         properties: impl IntoIterator<Item = (String, String)>,
     ) -> Result<(), CatalogError> {
         let properties: HashMap<String, String> = properties.into_iter().collect();
+        let _permit = self.gate.enter().await;
         for _ in 0..5 {
             let t = self.open(table).await?;
             match commit_properties(table, &t, properties.clone()).await {

@@ -32,6 +32,7 @@ impl LocalDelta {
         &self,
         table: &TableRef,
     ) -> Result<(Vec<RecordBatch>, u64), RecoveryError> {
+        let _permit = self.gate.enter().await;
         let credentials = self
             .vend_credentials(table, Access::Read)
             .await
