@@ -393,7 +393,7 @@ async fn a_file_written_before_a_column_was_added_reads_it_as_nulls() {
 async fn a_drift_over_many_tables_works_on_a_bounded_number_at_once() {
     use std::future::Future;
     use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Waker};
 
     let dir = tempfile::tempdir().unwrap();
     let catalog = LocalDelta::new(dir.path()).with_tables_at_once(2);
