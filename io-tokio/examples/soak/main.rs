@@ -62,6 +62,8 @@ struct Args {
     /// the same steady state as the baseline's minute (a kill's replay is data the sink must
     /// hold, not a leak).
     quiet_tail: u64,
+    /// Tables the local catalog describes or changes at once (`LocalDelta::with_tables_at_once`).
+    catalog_at_once: usize,
     dir: PathBuf,
     zerobus_local: PathBuf,
 }
@@ -85,6 +87,7 @@ fn args() -> Result<Args, String> {
         outage_for: 120,
         baseline_at: 300,
         quiet_tail: 150,
+        catalog_at_once: zerobus_sink_catalog::local::TABLES_AT_ONCE,
         dir: PathBuf::from("target/soak"),
         zerobus_local: sibling,
     };
@@ -107,6 +110,7 @@ fn args() -> Result<Args, String> {
             "--outage-for" => a.outage_for = num(value()?)?,
             "--baseline-at" => a.baseline_at = num(value()?)?,
             "--quiet-tail" => a.quiet_tail = num(value()?)?,
+            "--catalog-at-once" => a.catalog_at_once = num(value()?)? as usize,
             "--dir" => a.dir = value()?.into(),
             "--zerobus-local" => a.zerobus_local = value()?.into(),
             other => return Err(format!("unknown flag {other} (see the file's header)")),
@@ -249,7 +253,7 @@ async fn run() -> Result<bool, String> {
     let ledger = Ledger(Arc::default());
     let down = Arc::new(AtomicBool::new(false));
     let catalog = flaky::Flaky {
-        inner: LocalDelta::new(dir.join("tables")),
+        inner: LocalDelta::new(dir.join("tables")).with_tables_at_once(a.catalog_at_once),
         down: down.clone(),
     };
     let defs = (0..a.tables)
