@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::{ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::{ArrowError, SchemaRef};
 use deltalake::kernel::transaction::CommitBuilder;
-use deltalake::kernel::{Action as DeltaAction, MetadataExt, MetadataValue, StructField};
+use deltalake::kernel::{Action as DeltaAction, MetadataExt, MetadataValue, Snapshot, StructField};
 use deltalake::operations::update_table_metadata::TableMetadataUpdate;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
@@ -255,6 +255,18 @@ impl LocalDelta {
         let url = self.url(table)?;
         self.builder(table, url)?
             .load()
+            .await
+            .map_err(|e| delta_err(table, "open", e))
+    }
+
+    /// `table`'s latest snapshot without its files: protocol, metadata and schema.
+    async fn metadata_snapshot(&self, table: &TableRef) -> Result<Snapshot, CatalogError> {
+        let url = self.url(table)?;
+        let store = self
+            .builder(table, url)?
+            .build_storage()
+            .map_err(|e| delta_err(table, "open", e))?;
+        Snapshot::try_new(store.as_ref(), None)
             .await
             .map_err(|e| delta_err(table, "open", e))
     }
@@ -526,8 +538,11 @@ impl LocalDelta {
         if !self.is_delta_table(table).await? {
             return Ok(None);
         }
-        let t = match self.open(table).await {
-            Ok(t) => t,
+        // The protocol, metadata and schema alone: a snapshot without the table's files (an
+        // open loads every live file's entry, which grows with the table; a drift describes
+        // each table three times).
+        let snapshot = match self.metadata_snapshot(table).await {
+            Ok(snapshot) => snapshot,
             Err(e) => {
                 // delta-rs cannot load a catalog-managed table (it wants the catalog's commits):
                 // say which requirement that breaks rather than how the open failed.
@@ -540,7 +555,6 @@ impl LocalDelta {
                 };
             }
         };
-        let snapshot = t.snapshot().map_err(|e| delta_err(table, "snapshot", e))?;
         let schema = serde_json::to_value(snapshot.schema().as_ref())
             .map_err(|e| delta_err(table, "read schema", e))?;
         let fields = schema
