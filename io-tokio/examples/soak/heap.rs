@@ -2,12 +2,13 @@
 //! mimalloc, wrapped by `cap`'s counter. Beside resident memory ([`crate::rss`]) it tells what
 //! the process holds from what the allocator keeps mapped.
 //!
-//! mimalloc, and told to give freed pages back at once ([`PURGE_AT_ONCE`]): glibc's `malloc`, and
-//! mimalloc with its defaults, keep much of a backlog's freed memory (a replay after `kill -9`
-//! holds up to a million rows) mapped for reuse, so resident memory rises at each backlog's peak
-//! and stays though the live heap goes back (docs/performance.md, "Under faults: the soak", has
-//! the runs). The allocator is the binary's choice, not the library's: the soak makes the
-//! choice an operator would, who sets the same variables in the pod.
+//! mimalloc (its v2: v3 kept more resident at each drift), and told to give freed pages back
+//! at once ([`PURGE_AT_ONCE`]): glibc's `malloc`, and mimalloc with its defaults, keep much of a
+//! backlog's freed memory (a replay after `kill -9` holds up to a million rows) mapped for
+//! reuse, so resident memory rises at each backlog's peak and stays though the live heap goes
+//! back (docs/performance.md, "Under faults: the soak", has the runs). The allocator is the
+//! binary's choice, not the library's: the soak makes the choice an operator would, who sets
+//! the same variables in the pod.
 
 use cap::Cap;
 use mimalloc::MiMalloc;
